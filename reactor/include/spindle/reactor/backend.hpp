@@ -1,0 +1,56 @@
+#pragma once
+/// The one interface every OS backend implements (epoll today; io_uring and
+/// kqueue later). Completion-based: an operation is submitted and completes
+/// with a result. Readiness backends emulate that by trying the syscall first.
+
+#include <spindle/reactor/operation.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string_view>
+
+namespace spindle::reactor {
+
+enum class backend_kind { automatic, epoll, io_uring, kqueue };
+
+std::string_view to_string(backend_kind) noexcept;
+
+class backend {
+public:
+    virtual ~backend() = default;
+
+    /// Starts `op`. Returns true when it completed at once (op.result is set and
+    /// complete() is NOT called); false when it is pending and complete() will be
+    /// called later from poll() or cancel().
+    virtual bool submit(operation& op) = 0;
+
+    /// Asks a pending operation to finish early. It completes with -ECANCELED,
+    /// or with its real result if it had already won the race. No-op otherwise.
+    virtual void cancel(operation& op) noexcept = 0;
+
+    /// The operation's memory is about to go away: never touch it again and
+    /// never call its complete(). Used when a parked frame is destroyed.
+    virtual void forget(operation& op) noexcept = 0;
+
+    /// The descriptor is about to be closed: every operation still pending on it
+    /// completes with -ECANCELED and the backend drops what it knows of `fd`.
+    virtual void close_fd(int fd) noexcept = 0;
+
+    /// Waits for completions for at most `timeout` (negative: no limit, zero:
+    /// do not block) or until wake(). Returns how many operations completed.
+    virtual int poll(std::chrono::nanoseconds timeout) = 0;
+
+    /// Interrupts a poll() in progress or the next one. Any thread, signal-safe.
+    virtual void wake() noexcept = 0;
+
+    /// A descriptor that becomes readable when poll() would have work, so a host
+    /// with its own poller can fold this backend into it.
+    virtual int native_handle() const noexcept = 0;
+
+    virtual backend_kind kind() const noexcept = 0;
+};
+
+/// Creates a backend. Throws std::system_error when the kind cannot start here.
+std::unique_ptr<backend> make_backend(backend_kind kind);
+
+}  // namespace spindle::reactor

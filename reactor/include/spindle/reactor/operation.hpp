@@ -1,0 +1,67 @@
+#pragma once
+/// One I/O operation handed to a backend. It lives in the awaiting coroutine's
+/// frame (or wherever its owner keeps it), so submitting one allocates nothing.
+
+#include <cstddef>
+#include <cstdint>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+namespace spindle::reactor {
+
+enum class op_code : std::uint8_t {
+    read,     ///< read(2) into buf/len
+    write,    ///< write(2) from buf/len
+    readv,    ///< readv(2) over iov/iov_count
+    writev,   ///< writev(2) over iov/iov_count
+    recv,     ///< recv(2) with flags
+    send,     ///< send(2) with flags | MSG_NOSIGNAL
+    recvmsg,  ///< recvmsg(2) with msg and flags
+    sendmsg,  ///< sendmsg(2) with msg and flags | MSG_NOSIGNAL
+    accept,   ///< accept4(2), the new descriptor is non-blocking and close-on-exec
+    connect,  ///< connect(2); completes with 0 or the socket's SO_ERROR
+    poll,     ///< readiness of `events` (readable / writable)
+};
+
+/// Readiness bits for op_code::poll; backend-neutral on purpose.
+enum poll_events : std::uint32_t { readable = 1u, writable = 2u };
+
+enum class op_state : std::uint8_t { idle, pending, done };
+
+struct operation;
+/// Called by the backend when an operation completes (from poll() or cancel()).
+/// It must not resume a coroutine inline: it only schedules.
+using complete_fn = void (*)(operation&) noexcept;
+
+struct operation {
+    complete_fn complete = nullptr;
+    int fd = -1;
+    op_code code = op_code::read;
+    op_state state = op_state::idle;
+    /// A persistent poll stays armed after it completes and completes again on
+    /// the next readiness; a one-shot one completes once.
+    bool persistent = false;
+    std::uint32_t events = 0;  ///< op_code::poll: readable | writable
+    int flags = 0;             ///< recv/send/recvmsg/sendmsg flags
+
+    union {
+        struct { void* data; std::size_t size; } buf;
+        struct { const ::iovec* iov; int count; } vec;
+        ::msghdr* msg;
+        struct { ::sockaddr* addr; ::socklen_t* len; } accept;
+        struct { const ::sockaddr* addr; ::socklen_t len; } connect;
+    } args{};
+
+    /// Bytes transferred, a new descriptor, 0, or -errno. Set before complete().
+    std::int64_t result = 0;
+
+    // Owned by the backend while the operation is pending.
+    operation* next = nullptr;
+    operation* prev = nullptr;
+    bool connect_started = false;
+    std::uint8_t backend_tag = 0;
+
+    bool pending() const noexcept { return state == op_state::pending; }
+};
+
+}  // namespace spindle::reactor

@@ -1,0 +1,146 @@
+#pragma once
+/// join_handle<T>: what spawn returns. co_await it for the task's result (its
+/// exception is rethrown); drop it to detach the task, which then runs on.
+
+#include <spindle/result.hpp>
+#include <spindle/task.hpp>
+
+#include <optional>
+#include <system_error>
+#include <utility>
+
+namespace spindle {
+
+namespace detail {
+
+template <class T>
+struct spawned final : task_header {
+    std::optional<T> m_value;
+};
+template <class T>
+struct spawned<T&> final : task_header {
+    T* m_value = nullptr;
+};
+template <>
+struct spawned<void> final : task_header {};
+
+template <class T>
+void finish_spawned(task_header& header) noexcept {
+    auto frame = std::coroutine_handle<task_promise<T>>::from_address(header.m_frame.address());
+    auto& promise = frame.promise();
+    if (promise.m_error) {
+        header.m_error = promise.m_error;
+        header.m_status = task_status::failed;
+    } else {
+        try {
+            if constexpr (std::is_reference_v<T>) {
+                static_cast<spawned<T>&>(header).m_value = promise.m_value;
+            } else if constexpr (!std::is_void_v<T>) {
+                static_cast<spawned<T>&>(header).m_value.emplace(std::move(*promise.m_value));
+            }
+            header.m_status = task_status::succeeded;
+        } catch (...) {
+            header.m_error = std::current_exception();
+            header.m_status = task_status::failed;
+        }
+    }
+    header.m_frame = {};
+    frame.destroy();
+}
+
+template <class T>
+void delete_spawned(task_header& header) noexcept {
+    delete static_cast<spawned<T>*>(&header);
+}
+
+}  // namespace detail
+
+template <class T>
+class [[nodiscard]] join_handle {
+public:
+    join_handle() noexcept = default;
+    explicit join_handle(detail::spawned<T>* task) noexcept : m_task(task) {}
+    join_handle(join_handle&& other) noexcept : m_task(std::exchange(other.m_task, nullptr)) {}
+    join_handle& operator=(join_handle&& other) noexcept {
+        if (this != &other) {
+            detach();
+            m_task = std::exchange(other.m_task, nullptr);
+        }
+        return *this;
+    }
+    join_handle(const join_handle&) = delete;
+    join_handle& operator=(const join_handle&) = delete;
+    ~join_handle() { detach(); }
+
+    bool valid() const noexcept { return m_task != nullptr; }
+    /// True once the task returned, threw or was aborted.
+    bool done() const noexcept { return m_task && m_task->m_status != detail::task_status::running; }
+    std::uint64_t id() const noexcept { return m_task ? m_task->m_id : 0; }
+
+    /// Destroys the task's frame now if it still runs (its pending sleeps and I/O
+    /// are withdrawn, its locals destroyed). Awaiting the handle afterwards throws
+    /// std::system_error(operation_canceled). A task cannot abort itself.
+    void abort() {
+        if (m_task) detail::abort_task(*m_task);
+    }
+
+    /// Lets the task run on alone.
+    void detach() noexcept {
+        if (!m_task) return;
+        if (m_task->m_status == detail::task_status::failed && !m_task->m_observed)
+            detail::log_unobserved_failure(*m_task);
+        detail::release_task(*std::exchange(m_task, nullptr));
+    }
+
+    class awaiter {
+    public:
+        explicit awaiter(detail::spawned<T>* task) noexcept : m_task(task) {}
+        awaiter(const awaiter&) = delete;
+        awaiter& operator=(const awaiter&) = delete;
+        ~awaiter() {
+            // Destroyed while parked (our own task was aborted): unregister.
+            if (m_task && m_waiting && m_task->m_joiner == m_waiting) m_task->m_joiner = nullptr;
+        }
+
+        bool await_ready() const {
+            if (!m_task) throw std::logic_error("spindle: awaiting an empty join_handle");
+            return m_task->m_status != detail::task_status::running;
+        }
+        void await_suspend(std::coroutine_handle<> h) {
+            detail::task_header& me = detail::current_task();
+            if (m_task->m_joiner) throw std::logic_error("spindle: a task can be joined by one awaiter only");
+            me.m_resume = h;
+            m_task->m_joiner = &me;
+            m_waiting = &me;
+        }
+        T await_resume() {
+            m_waiting = nullptr;
+            switch (m_task->m_status) {
+                case detail::task_status::failed:
+                    m_task->m_observed = true;
+                    std::rethrow_exception(m_task->m_error);
+                case detail::task_status::aborted: throw std::system_error(cancelled_error(), "task aborted");
+                default: break;
+            }
+            if constexpr (std::is_reference_v<T>) {
+                return *m_task->m_value;
+            } else if constexpr (!std::is_void_v<T>) {
+                return std::move(*m_task->m_value);
+            }
+        }
+
+    private:
+        detail::spawned<T>* m_task;
+        detail::task_header* m_waiting = nullptr;
+    };
+
+    awaiter operator co_await() const noexcept { return awaiter{m_task}; }
+
+    /// For the loop (block_on).
+    const detail::task_header& header() const noexcept { return *m_task; }
+
+private:
+    detail::spawned<T>* m_task = nullptr;
+};
+
+}  // namespace spindle

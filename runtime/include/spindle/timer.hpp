@@ -1,0 +1,123 @@
+#pragma once
+/// Callback timers (one-shot and fixed-rate) and `interval`, the fixed-rate
+/// clock for tasks (a game's 60 Hz tick).
+///
+/// Fixed rate means no drift: the next deadline is the previous deadline plus
+/// the period, not "now" plus the period. When the loop falls a whole period
+/// or more behind, the missed ticks are skipped, not replayed in a burst, and
+/// their number is reported (timer::missed, interval's tick result).
+
+#include <spindle/loop.hpp>
+#include <spindle/sleep.hpp>
+
+#include <chrono>
+#include <cstdint>
+
+namespace spindle {
+
+namespace detail {
+/// Advances a fixed-rate deadline past `now`; returns the ticks skipped.
+inline std::uint64_t advance_fixed_rate(std::int64_t& deadline, std::int64_t period, std::int64_t now) noexcept {
+    deadline += period;
+    if (deadline > now) return 0;
+    auto behind = static_cast<std::uint64_t>((now - deadline) / period) + 1;
+    deadline += static_cast<std::int64_t>(behind) * period;
+    return behind;
+}
+}  // namespace detail
+
+class timer : detail::timer_node {
+public:
+    using callback = void (*)(void* context);
+
+    explicit timer(loop& owner) noexcept : m_loop(&owner) { m_fire = &on_fire; }
+    timer(const timer&) = delete;
+    timer& operator=(const timer&) = delete;
+    /// Must be destroyed before its loop.
+    ~timer() { stop(); }
+
+    /// Calls fn(context) once, `delay` from now.
+    void start(clock::duration delay, callback fn, void* context) {
+        arm(loop::now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count(), 0, fn, context);
+    }
+    /// Calls fn(context) every `period`, first after `period`.
+    void start_repeating(clock::duration period, callback fn, void* context) {
+        auto p = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
+        if (p <= 0) throw std::invalid_argument("spindle::timer: period must be positive");
+        arm(loop::now_ns() + p, p, fn, context);
+    }
+    void stop() noexcept { m_loop->timers().cancel(*this); }
+    bool active() const noexcept { return armed(); }
+    /// Ticks skipped before the latest callback because the loop fell behind.
+    std::uint64_t missed() const noexcept { return m_missed; }
+    clock::time_point deadline() const noexcept { return clock::time_point(std::chrono::nanoseconds(m_deadline)); }
+
+private:
+    void arm(std::int64_t deadline, std::int64_t period, callback fn, void* context) {
+        stop();
+        m_deadline = deadline;
+        m_period = period;
+        m_fn = fn;
+        m_context = context;
+        m_missed = 0;
+        m_loop->timers().insert(*this, m_deadline);
+    }
+    static void on_fire(timer_node& node) noexcept {
+        auto& self = static_cast<timer&>(node);
+        if (self.m_period > 0) {
+            // Re-arm first, so the callback may stop() or restart the timer.
+            self.m_missed = detail::advance_fixed_rate(self.m_deadline, self.m_period, loop::now_ns());
+            try {
+                self.m_loop->timers().insert(self, self.m_deadline);
+            } catch (...) {
+                // Out of memory while growing the heap: the timer stops.
+            }
+        }
+        self.m_fn(self.m_context);
+    }
+
+    loop* m_loop;
+    callback m_fn = nullptr;
+    void* m_context = nullptr;
+    std::int64_t m_deadline = 0;
+    std::int64_t m_period = 0;
+    std::uint64_t m_missed = 0;
+};
+
+/// A fixed-rate clock for a task: `co_await iv.tick()` resumes at start + k·period.
+class interval {
+public:
+    explicit interval(clock::duration period, clock::time_point first = clock::now())
+        : m_period(std::chrono::duration_cast<std::chrono::nanoseconds>(period).count()),
+          m_next(detail::to_ns(first)) {
+        if (m_period <= 0) throw std::invalid_argument("spindle::interval: period must be positive");
+    }
+
+    class awaiter {
+    public:
+        awaiter(interval& iv, std::stop_token token) : m_interval(iv), m_sleep(iv.m_next, std::move(token)) {}
+        bool await_ready() noexcept { return m_sleep.await_ready(); }
+        void await_suspend(std::coroutine_handle<> h) { m_sleep.await_suspend(h); }
+        /// How many periods this tick stands for: 1, or more when ticks were
+        /// skipped because the task came back late; or operation_canceled.
+        result<std::uint64_t> await_resume() noexcept {
+            if (auto ec = m_sleep.await_resume()) return ec;
+            std::uint64_t skipped = detail::advance_fixed_rate(m_interval.m_next, m_interval.m_period, loop::now_ns());
+            return 1 + skipped;
+        }
+
+    private:
+        interval& m_interval;
+        detail::sleep_awaiter m_sleep;
+    };
+
+    /// The first tick completes at `first`.
+    [[nodiscard]] awaiter tick(std::stop_token token = {}) { return awaiter(*this, std::move(token)); }
+    clock::duration period() const noexcept { return std::chrono::nanoseconds(m_period); }
+
+private:
+    std::int64_t m_period;
+    std::int64_t m_next;
+};
+
+}  // namespace spindle
