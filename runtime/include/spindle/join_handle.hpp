@@ -13,16 +13,21 @@ namespace spindle {
 
 namespace detail {
 
+struct pooled {
+    static void* operator new(std::size_t size) { return frame_pool::allocate(size); }
+    static void operator delete(void* p, std::size_t size) noexcept { frame_pool::deallocate(p, size); }
+};
+
 template <class T>
-struct spawned final : task_header {
+struct spawned final : task_header, pooled {
     std::optional<T> m_value;
 };
 template <class T>
-struct spawned<T&> final : task_header {
+struct spawned<T&> final : task_header, pooled {
     T* m_value = nullptr;
 };
 template <>
-struct spawned<void> final : task_header {};
+struct spawned<void> final : task_header, pooled {};
 
 template <class T>
 void finish_spawned(task_header& header) noexcept {

@@ -3,6 +3,7 @@
 /// control to it symmetrically, so chains of synchronously completing awaits
 /// run in constant stack. An exception leaving the task is rethrown to its awaiter.
 
+#include <spindle/detail/frame_pool.hpp>
 #include <spindle/detail/task_header.hpp>
 
 #include <coroutine>
@@ -39,6 +40,11 @@ struct promise_base {
         }
         void await_resume() const noexcept {}
     };
+
+    // Frames come from a per-thread pool: spawning at a high rate would
+    // otherwise be dominated by malloc and free.
+    static void* operator new(std::size_t size) { return frame_pool::allocate(size); }
+    static void operator delete(void* p, std::size_t size) noexcept { frame_pool::deallocate(p, size); }
 
     std::suspend_always initial_suspend() const noexcept { return {}; }
     final_awaiter final_suspend() const noexcept { return {}; }

@@ -1,0 +1,198 @@
+// Micro-benchmarks of the runtime. One line per case:
+//   NAME ns_per_op=X [details]
+// Each case runs several rounds and reports the median round; the machines
+// these run on are shared, so compare ratios and medians, not single figures.
+//
+// Usage: spindle-bench [case...]   (default: every case)
+
+#include <spindle/spindle.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <ctime>
+#include <random>
+#include <string>
+#include <sys/resource.h>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+double wall_ns() {
+    return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+double cpu_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+long peak_rss_kib() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+template <class F>
+double median_of(int rounds, F&& round) {
+    std::vector<double> v;
+    for (int i = 0; i < rounds; ++i) v.push_back(round());
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// --- yield: two tasks handing the loop to each other -------------------------
+
+spindle::task<void> yielder(long n) {
+    for (long i = 0; i < n; ++i) co_await spindle::yield();
+}
+
+void bench_yield() {
+    constexpr long n = 2'000'000;
+    double ns = median_of(5, [] {
+        spindle::loop loop;
+        loop.spawn(yielder(n)).detach();
+        loop.spawn(yielder(n)).detach();
+        double t0 = wall_ns();
+        loop.run();
+        return (wall_ns() - t0) / (2.0 * n);
+    });
+    std::printf("yield ns_per_op=%.1f tasks=2 yields_per_task=%ld\n", ns, n);
+}
+
+// --- spawn: spawn and complete an empty task ----------------------------------
+
+spindle::task<void> empty_task() { co_return; }
+
+double spawn_round(long batch, int batches) {
+    return median_of(5, [=] {
+        spindle::loop loop;
+        double t0 = wall_ns();
+        for (int b = 0; b < batches; ++b) {
+            for (long i = 0; i < batch; ++i) loop.spawn(empty_task()).detach();
+            loop.run();
+        }
+        return (wall_ns() - t0) / static_cast<double>(batch * batches);
+    });
+}
+
+void bench_spawn() {
+    // Steady state: 100 tasks in flight at a time. Burst: 10,000 spawned before
+    // any runs, so their frames no longer fit in the caches.
+    double steady = spawn_round(100, 5000);
+    double burst = spawn_round(10'000, 50);
+    std::printf("spawn ns_per_op=%.1f in_flight=100 burst_10000_ns_per_op=%.1f\n", steady, burst);
+}
+
+// --- timers: a million callback timers ------------------------------------------
+
+struct fire_count {
+    long fired = 0;
+};
+
+void count_fire(void* ctx) { ++static_cast<fire_count*>(ctx)->fired; }
+
+void bench_timers_fire() {
+    constexpr long n = 1'000'000;
+    spindle::loop loop;
+    std::deque<spindle::timer> timers;
+    std::mt19937_64 rng(42);
+    std::uniform_int_distribution<long> spread(0, 999'999'999);
+    std::vector<long> delays(n);
+    for (auto& d : delays) d = spread(rng);
+    fire_count count;
+    for (long i = 0; i < n; ++i) timers.emplace_back(loop);
+
+    double c0 = cpu_ns();
+    double w0 = wall_ns();
+    for (long i = 0; i < n; ++i) timers[static_cast<std::size_t>(i)].start(std::chrono::nanoseconds(delays[static_cast<std::size_t>(i)]), &count_fire, &count);
+    double c1 = cpu_ns();
+    loop.run();
+    double c2 = cpu_ns();
+    double w2 = wall_ns();
+    std::printf("timers_fire ns_per_op=%.1f timers=%ld fired=%ld schedule_cpu_ns=%.1f fire_cpu_ns=%.1f wall_s=%.2f peak_rss_mib=%.0f\n",
+                (c2 - c0) / n, n, count.fired, (c1 - c0) / n, (c2 - c1) / n, (w2 - w0) / 1e9,
+                static_cast<double>(peak_rss_kib()) / 1024.0);
+}
+
+void bench_timers_cancel() {
+    constexpr long n = 1'000'000;
+    spindle::loop loop;
+    std::deque<spindle::timer> timers;
+    std::mt19937_64 rng(7);
+    std::uniform_int_distribution<long> spread(1'000'000'000, 1'999'999'999);
+    std::vector<long> delays(n);
+    for (auto& d : delays) d = spread(rng);
+    fire_count count;
+    for (long i = 0; i < n; ++i) timers.emplace_back(loop);
+
+    double c0 = cpu_ns();
+    for (long i = 0; i < n; ++i) timers[static_cast<std::size_t>(i)].start(std::chrono::nanoseconds(delays[static_cast<std::size_t>(i)]), &count_fire, &count);
+    double c1 = cpu_ns();
+    for (auto& t : timers) t.stop();
+    double c2 = cpu_ns();
+    loop.run();  // nothing left: returns at once
+    std::printf("timers_cancel ns_per_op=%.1f timers=%ld schedule_ns=%.1f fired=%ld\n", (c2 - c1) / n, n, (c1 - c0) / n,
+                count.fired);
+}
+
+// --- posts from another thread ----------------------------------------------------
+
+void bench_post_cross_thread() {
+    constexpr long n = 2'000'000;
+    double ns = median_of(5, [] {
+        spindle::loop loop;
+        long done = 0;
+        std::optional<spindle::loop::hold> hold(std::in_place, loop);
+        double t0 = wall_ns();
+        std::thread producer([&] {
+            for (long i = 0; i < n - 1; ++i) loop.post([&done] { ++done; });
+            loop.post([&] {
+                ++done;
+                hold.reset();
+            });
+        });
+        loop.run();
+        double elapsed = wall_ns() - t0;
+        producer.join();
+        if (done != n) std::printf("post_cross_thread: ran %ld of %ld\n", done, n);
+        return elapsed / n;
+    });
+    std::printf("post_cross_thread ns_per_op=%.1f posts=%ld producers=1\n", ns, n);
+}
+
+struct bench_case {
+    const char* name;
+    void (*run)();
+};
+
+constexpr bench_case cases[] = {
+    {"yield", &bench_yield},
+    {"spawn", &bench_spawn},
+    {"timers_fire", &bench_timers_fire},
+    {"timers_cancel", &bench_timers_cancel},
+    {"post_cross_thread", &bench_post_cross_thread},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (const auto& c : cases) {
+        bool wanted = argc == 1;
+        for (int i = 1; i < argc; ++i) wanted = wanted || std::strcmp(argv[i], c.name) == 0;
+        if (wanted) {
+            c.run();
+            std::fflush(stdout);
+        }
+    }
+}

@@ -1,0 +1,70 @@
+#pragma once
+// Recycles the memory of coroutine frames and task headers. Spawning and
+// finishing tasks at a high rate otherwise spends most of its time in malloc
+// and free once more blocks are live than the allocator's per-thread cache
+// holds. Blocks are kept per size class (16-byte steps up to 1 KiB) in a
+// per-thread free list of bounded length; larger blocks go to the allocator.
+// A block freed on another thread than the one that allocated it simply joins
+// that thread's lists: the memory is plain operator new memory either way.
+
+#include <cstddef>
+#include <new>
+
+namespace spindle::detail {
+
+class frame_pool {
+public:
+    static constexpr std::size_t granularity = 16;
+    static constexpr std::size_t max_pooled = 1024;
+    static constexpr std::size_t classes = max_pooled / granularity;
+    static constexpr std::size_t max_per_class = 4096;  // bounds what an idle thread keeps
+
+    static void* allocate(std::size_t size) {
+        if (size > max_pooled) return ::operator new(size);
+        frame_pool& pool = local();
+        std::size_t c = class_of(size);
+        if (block* b = pool.m_free[c]) {
+            pool.m_free[c] = b->next;
+            --pool.m_count[c];
+            return b;
+        }
+        return ::operator new((c + 1) * granularity);
+    }
+
+    static void deallocate(void* p, std::size_t size) noexcept {
+        if (size > max_pooled) {
+            ::operator delete(p);
+            return;
+        }
+        frame_pool& pool = local();
+        std::size_t c = class_of(size);
+        if (pool.m_count[c] >= max_per_class) {
+            ::operator delete(p);
+            return;
+        }
+        auto* b = static_cast<block*>(p);
+        b->next = pool.m_free[c];
+        pool.m_free[c] = b;
+        ++pool.m_count[c];
+    }
+
+    frame_pool() = default;
+    frame_pool(const frame_pool&) = delete;
+    frame_pool& operator=(const frame_pool&) = delete;
+    ~frame_pool();
+
+private:
+    struct block {
+        block* next;
+    };
+    static std::size_t class_of(std::size_t size) noexcept { return size == 0 ? 0 : (size - 1) / granularity; }
+    static frame_pool& local() noexcept {
+        thread_local frame_pool pool;
+        return pool;
+    }
+
+    block* m_free[classes] = {};
+    std::size_t m_count[classes] = {};
+};
+
+}  // namespace spindle::detail

@@ -1,0 +1,71 @@
+#pragma once
+// Helpers shared by the tests: a watchdog so a hung coroutine fails instead of
+// hanging the suite, a log capture, and a lifetime counter.
+
+#include "catch.hpp"
+
+#include <spindle/spindle.hpp>
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace spindle::test {
+
+/// Runs `t` on `l` until it finishes; fails the test (and returns) if it has
+/// not finished within `limit` of wall time.
+template <class T>
+T run_with_watchdog(loop& l, task<T> t, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    auto handle = l.spawn(std::move(t), "test");
+    const auto give_up = clock::now() + limit;
+    while (!handle.done()) {
+        if (clock::now() > give_up) FAIL("watchdog: the task did not finish in time");
+        l.run_once(std::chrono::milliseconds(10));
+    }
+    return l.block_on([](join_handle<T>& h) -> task<T> { co_return co_await h; }(handle));
+}
+
+/// Captures what the library logs while alive.
+class log_capture {
+public:
+    log_capture() : m_sink(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+        auto logger = std::make_shared<spdlog::logger>("spindle", m_sink);
+        logger->set_level(spdlog::level::info);
+        m_previous = spindle::logger();
+        spindle::set_logger(logger);
+    }
+    ~log_capture() { spindle::set_logger(m_previous); }
+    log_capture(const log_capture&) = delete;
+    log_capture& operator=(const log_capture&) = delete;
+
+    std::vector<std::string> lines() const { return m_sink->last_formatted(); }
+    bool contains(const std::string& needle) const {
+        for (const auto& line : lines())
+            if (line.find(needle) != std::string::npos) return true;
+        return false;
+    }
+
+private:
+    std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> m_sink;
+    std::shared_ptr<spdlog::logger> m_previous;
+};
+
+/// Counts live instances, to prove frames and their locals were destroyed.
+struct counted {
+    static inline int alive = 0;
+    static inline int constructed = 0;
+    counted() noexcept {
+        ++alive;
+        ++constructed;
+    }
+    counted(const counted&) noexcept {
+        ++alive;
+        ++constructed;
+    }
+    ~counted() { --alive; }
+};
+
+}  // namespace spindle::test
