@@ -1,4 +1,4 @@
-// The README's example; built so it cannot rot.
+// The README's example, built with the project so it cannot rot.
 #include <spindle/spindle.hpp>
 
 #include <chrono>
@@ -18,7 +18,5 @@ spindle::task<int> sum_of_squares() {
 
 int main() {
     spindle::loop loop;
-    auto worker = loop.spawn(sum_of_squares(), "squares");
-    loop.run();  // until no task, timer or watcher is left
-    std::printf("%d\n", loop.block_on([&]() -> spindle::task<int> { co_return co_await worker; }()));
+    std::printf("%d\n", loop.block_on(sum_of_squares()));
 }
