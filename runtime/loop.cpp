@@ -291,6 +291,8 @@ std::chrono::nanoseconds loop::poll_timeout(std::chrono::nanoseconds max_wait) {
         return nanoseconds::zero();
     std::int64_t deadline = m_timers.next_deadline();
     if (deadline == detail::timer_queue::no_deadline) return max_wait;  // negative: no limit
+    if (const std::int64_t slack = m_options.timer_slack.count(); slack > 0)
+        deadline = (deadline + slack - 1) / slack * slack;  // up to the grid: late by < slack, never early
     nanoseconds until(std::max<std::int64_t>(0, deadline - now_ns()));
     if (max_wait < nanoseconds::zero()) return until;
     return std::min(until, max_wait);

@@ -5,10 +5,14 @@
 namespace spindle::detail {
 
 namespace {
-constexpr std::size_t arity = 4;
 // Purging costs O(n); waiting until dead entries outnumber live ones (and a
-// floor, so small heaps never bother) keeps cancel amortised O(1).
+// floor, so small queues never bother) keeps cancel amortised O(1).
 constexpr std::size_t purge_floor = 256;
+
+bool seq_before(std::uint32_t a, std::uint32_t b) noexcept {
+    // Sequence numbers wrap; compare them as a distance.
+    return static_cast<std::int32_t>(a - b) < 0;
+}
 }  // namespace
 
 std::uint32_t timer_queue::take_slot(timer_node& node) {
@@ -24,11 +28,23 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
     return static_cast<std::uint32_t>(m_slots.size() - 1);
 }
 
+void timer_queue::put(const entry& e) {
+    const int b = bucket_of(e.key);
+    bucket& bk = m_buckets[static_cast<std::size_t>(b)];
+    bk.items.push_back(e);
+    if (b > 0) {
+        bk.min = std::min(bk.min, e.key);
+        m_nonempty |= std::uint64_t{1} << (b - 1);
+    }
+}
+
 void timer_queue::insert(timer_node& node, std::int64_t deadline) {
+    std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
+    if (key < m_last) key = m_last;  // already due: the queue only moves forward
     std::uint32_t slot = take_slot(node);
     node.m_slot = slot;
-    m_heap.push_back(entry{deadline, m_seq++, slot});
-    sift_up(m_heap.size() - 1);
+    // Bucket 0 is kept in sequence order; a new entry has the highest sequence.
+    put(entry{key, m_seq++, slot});
     ++m_live;
 }
 
@@ -38,69 +54,72 @@ void timer_queue::cancel(timer_node& node) noexcept {
     node.m_slot = timer_node::no_slot;
     --m_live;
     ++m_dead;
-    if (m_dead > purge_floor && m_dead > m_live) {
-        purge();
-    }
+    if (m_dead > purge_floor && m_dead > m_live) purge();
 }
 
-void timer_queue::sift_up(std::size_t i) noexcept {
-    entry moving = m_heap[i];
-    while (i > 0) {
-        std::size_t parent = (i - 1) / arity;
-        if (!before(moving, m_heap[parent])) break;
-        m_heap[i] = m_heap[parent];
-        i = parent;
-    }
-    m_heap[i] = moving;
-}
-
-void timer_queue::sift_down(std::size_t i) noexcept {
-    const std::size_t n = m_heap.size();
-    entry moving = m_heap[i];
-    for (;;) {
-        std::size_t first = i * arity + 1;
-        if (first >= n) break;
-        std::size_t last = std::min(first + arity, n);
-        std::size_t best = first;
-        for (std::size_t c = first + 1; c < last; ++c)
-            if (before(m_heap[c], m_heap[best])) best = c;
-        if (!before(m_heap[best], moving)) break;
-        m_heap[i] = m_heap[best];
-        i = best;
-    }
-    m_heap[i] = moving;
-}
-
-void timer_queue::pop_top() noexcept {
-    m_heap.front() = m_heap.back();
-    m_heap.pop_back();
-    if (!m_heap.empty()) sift_down(0);
-}
-
-void timer_queue::drop_dead_top() noexcept {
-    while (!m_heap.empty() && m_slots[m_heap.front().slot] == nullptr) {
-        // Never allocates: take_slot keeps the free list's capacity >= m_slots'.
-        m_free_slots.push_back(m_heap.front().slot);
+void timer_queue::drop_dead_front() noexcept {
+    auto& front = m_buckets[0].items;
+    while (m_front < front.size() && m_slots[front[m_front].slot] == nullptr) {
+        free_slot(front[m_front].slot);
         --m_dead;
-        pop_top();
+        ++m_front;
+    }
+    if (m_front == front.size()) {
+        front.clear();
+        m_front = 0;
     }
 }
 
 std::int64_t timer_queue::next_deadline() noexcept {
-    drop_dead_top();
-    return m_heap.empty() ? no_deadline : m_heap.front().deadline;
+    drop_dead_front();
+    if (!m_buckets[0].items.empty()) return static_cast<std::int64_t>(m_last);
+    if (m_nonempty == 0) return no_deadline;
+    const int b = __builtin_ctzll(m_nonempty) + 1;
+    return static_cast<std::int64_t>(m_buckets[static_cast<std::size_t>(b)].min);
+}
+
+// Bucket 0 is empty: if the lowest bucket holds a deadline due at `now`, move
+// its entries down, so bucket 0 gets every entry with the smallest deadline.
+bool timer_queue::refill_bucket0(std::int64_t now) {
+    if (m_nonempty == 0) return false;
+    const int b = __builtin_ctzll(m_nonempty) + 1;
+    bucket& bk = m_buckets[static_cast<std::size_t>(b)];
+    if (static_cast<std::int64_t>(bk.min) > now) return false;
+    m_last = bk.min;  // never beyond `now`, so later deadlines are never below it
+    // Copied out rather than swapped, so every bucket keeps its capacity and a
+    // steady state allocates nothing.
+    m_scratch.assign(bk.items.begin(), bk.items.end());
+    bk.items.clear();
+    bk.min = std::numeric_limits<std::uint64_t>::max();
+    m_nonempty &= ~(std::uint64_t{1} << (b - 1));
+    // Every entry lands in a lower bucket: they all share bit b-1 with m_last now.
+    for (const entry& e : m_scratch) put(e);
+    m_scratch.clear();
+    // Entries with equal deadlines may have reached bucket 0 from different
+    // buckets; restore insertion order among them.
+    auto& front = m_buckets[0].items;
+    if (front.size() > 1)
+        std::sort(front.begin(), front.end(), [](const entry& a, const entry& c) { return seq_before(a.seq, c.seq); });
+    return true;
 }
 
 std::size_t timer_queue::fire_expired(std::int64_t now) {
     const std::uint32_t first_new = m_seq;
     std::size_t fired = 0;
-    while (!m_heap.empty()) {
-        const entry top = m_heap.front();
-        if (top.deadline > now || static_cast<std::int32_t>(top.seq - first_new) >= 0) break;
-        pop_top();
-        timer_node* node = m_slots[top.slot];
-        m_slots[top.slot] = nullptr;
-        m_free_slots.push_back(top.slot);
+    for (;;) {
+        auto& front = m_buckets[0].items;
+        if (m_front == front.size()) {
+            front.clear();
+            m_front = 0;
+            if (!refill_bucket0(now)) return fired;
+            continue;
+        }
+        const entry e = front[m_front];
+        if (static_cast<std::int64_t>(e.key) > now || !seq_before(e.seq, first_new)) return fired;
+        ++m_front;
+        timer_node* node = m_slots[e.slot];
+        m_slots[e.slot] = nullptr;
+        free_slot(e.slot);
         if (!node) {
             --m_dead;
             continue;
@@ -108,29 +127,44 @@ std::size_t timer_queue::fire_expired(std::int64_t now) {
         node->m_slot = timer_node::no_slot;
         --m_live;
         ++fired;
-        // The callback may arm or cancel any timer, this one included.
+        // The callback may arm or cancel any timer, this one included (an
+        // append to bucket 0 may move its storage: `front` is re-read above).
         node->m_fire(*node);
     }
-    return fired;
 }
 
 void timer_queue::purge() noexcept {
-    auto keep = std::remove_if(m_heap.begin(), m_heap.end(), [this](const entry& e) {
-        if (m_slots[e.slot] != nullptr) return false;
-        m_free_slots.push_back(e.slot);
-        return true;
-    });
-    m_heap.erase(keep, m_heap.end());
+    // Drop dead entries everywhere; bucket minimums are recomputed from the living.
+    auto& front = m_buckets[0].items;
+    front.erase(front.begin(), front.begin() + static_cast<std::ptrdiff_t>(m_front));
+    m_front = 0;
+    m_nonempty = 0;
+    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
+        bucket& bk = m_buckets[b];
+        bk.min = std::numeric_limits<std::uint64_t>::max();
+        auto keep = std::remove_if(bk.items.begin(), bk.items.end(), [this](const entry& e) {
+            if (m_slots[e.slot] != nullptr) return false;
+            free_slot(e.slot);
+            return true;
+        });
+        bk.items.erase(keep, bk.items.end());
+        if (b > 0 && !bk.items.empty()) {
+            for (const entry& e : bk.items) bk.min = std::min(bk.min, e.key);
+            m_nonempty |= std::uint64_t{1} << (b - 1);
+        }
+    }
     m_dead = 0;
-    // Floyd's heapify: O(n).
-    for (std::size_t i = m_heap.size() / arity + 1; i-- > 0;)
-        if (i < m_heap.size()) sift_down(i);
 }
 
 void timer_queue::clear() noexcept {
-    for (const entry& e : m_heap)
-        if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
-    m_heap.clear();
+    for (bucket& bk : m_buckets) {
+        for (const entry& e : bk.items)
+            if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
+        bk.items.clear();
+        bk.min = std::numeric_limits<std::uint64_t>::max();
+    }
+    m_front = 0;
+    m_nonempty = 0;
     m_slots.clear();
     m_free_slots.clear();
     m_live = 0;
