@@ -228,14 +228,20 @@ void epoll_backend::close_fd(int fd) noexcept {
     }
 }
 
-void epoll_backend::retry(op_list& list) {
+void epoll_backend::retry(op_list& list) { retry(list, readable | writable, false); }
+
+void epoll_backend::retry(op_list& list, std::uint32_t got, bool polls_only) {
     // Retry in arrival order; stop at the first that must wait again, so
     // waiters are served FIFO and no syscall is wasted.
     operation* op = list.head;
     while (op) {
         operation* next = op->next;
         if (op->code == op_code::poll) {
-            std::uint32_t ready = is_reader(*op) ? readable : writable;
+            std::uint32_t ready = op->events & got;
+            if (!ready) {
+                op = next;
+                continue;
+            }
             if (op->persistent) {
                 op->result = ready;
                 ++m_completed;
@@ -244,6 +250,10 @@ void epoll_backend::retry(op_list& list) {
                 list.erase(*op);
                 finish(*op, ready);
             }
+            op = next;
+            continue;
+        }
+        if (polls_only) {
             op = next;
             continue;
         }
@@ -309,8 +319,13 @@ int epoll_backend::poll(std::chrono::nanoseconds timeout) {
         fd_state& st = m_fds[static_cast<std::size_t>(fd)];
         if (st.generation != generation) continue;  // closed since this event was queued
         const std::uint32_t e = events[i].events;
-        if (e & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) retry(st.readers);
-        if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) retry(st.writers);
+        std::uint32_t got = 0;
+        if (e & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) got |= readable;
+        if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) got |= writable;
+        // Readiness waits for both directions are kept with the readers.
+        if (got & readable) retry(st.readers, got, false);
+        else if (got & writable) retry(st.readers, got, true);
+        if (got & writable) retry(st.writers, got, false);
     }
     return m_completed;
 }

@@ -49,6 +49,7 @@ private:
     void wait_on(operation& op);
     bool ensure_registered(int fd, fd_state& st);
     void retry(op_list& list);
+    void retry(op_list& list, std::uint32_t got, bool polls_only);
     void unlink(operation& op) noexcept;
     void finish(operation& op, std::int64_t result) noexcept;
     op_list& list_for(operation& op) noexcept;

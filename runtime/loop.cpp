@@ -94,7 +94,7 @@ void log_post_failure() noexcept {
 void watcher_base::on_complete(reactor::operation& op) noexcept {
     auto& self = static_cast<watcher_base&>(op);
     if (!self.m_loop || self.fired_hook().is_linked()) return;
-    if (!self.persistent) {
+    if (!self.persistent || !self.pending()) {
         // A one-shot watcher is done: it no longer keeps the loop alive.
         self.watch_hook().unlink();
         --self.m_loop->m_active_watchers;
@@ -201,7 +201,9 @@ void loop::run_until_done(const detail::task_header& t) {
     current_scope scope(this);
     const detail::task_header* outer = std::exchange(m_awaited, &t);
     try {
-        while (t.m_status == detail::task_status::running) tick(std::chrono::nanoseconds(-1));
+        while (t.m_status == detail::task_status::running && !m_stop.load(std::memory_order_acquire))
+            tick(std::chrono::nanoseconds(-1));
+        m_stop.store(false, std::memory_order_relaxed);
     } catch (...) {
         m_awaited = outer;
         throw;
@@ -231,6 +233,9 @@ void loop::stop() noexcept {
 bool loop::run_once(std::chrono::nanoseconds max_wait) {
     current_scope scope(this);
     tick(max_wait);
+    // Back to a host that may now block on native_handle(): posters must wake it.
+    m_sleeping.store(true, std::memory_order_seq_cst);
+    if (!m_posts.empty()) m_backend->wake();
     return has_work();
 }
 

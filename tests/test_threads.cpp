@@ -1,3 +1,420 @@
+// Loops fed by other threads: post, stop, loop::hold, native_handle and
+// loop_thread. Also run under ThreadSanitizer (the `threads` suite).
+//
+// Catch2 assertions are made on the test thread only: other threads record
+// what they saw in atomics (or in variables the test reads after joining them).
+
 #include "support.hpp"
 
-TEST_CASE("placeholder threads", "[threads]") { SUCCEED(); }
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using spindle::loop;
+using spindle::task;
+
+namespace {
+
+pid_t this_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+/// The scheduler state of a thread of this process ('R', 'S', ...), or 0 if it is gone.
+char thread_state(pid_t tid) {
+    std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+    std::string line;
+    if (!in || !std::getline(in, line)) return 0;
+    auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) return 0;
+    return line[close + 2];
+}
+
+bool thread_exists(pid_t tid) { return thread_state(tid) != 0; }
+
+/// If the loop is still running after `limit`, stops it (again and again), so
+/// a lost wake-up fails the test instead of hanging the suite.
+class stop_watchdog {
+public:
+    stop_watchdog(loop& l, std::chrono::milliseconds limit)
+        : m_loop(l), m_limit(limit), m_thread([this] { watch(); }) {}
+    ~stop_watchdog() { finish(); }
+    stop_watchdog(const stop_watchdog&) = delete;
+    stop_watchdog& operator=(const stop_watchdog&) = delete;
+
+    /// Ends the watch; returns whether the watchdog had to stop the loop.
+    bool finish() {
+        {
+            std::lock_guard lock(m_mutex);
+            m_done = true;
+        }
+        m_cv.notify_all();
+        if (m_thread.joinable()) m_thread.join();
+        return m_fired;
+    }
+
+private:
+    void watch() {
+        std::unique_lock lock(m_mutex);
+        if (m_cv.wait_for(lock, m_limit, [this] { return m_done; })) return;
+        m_fired = true;
+        for (int i = 0; i < 600 && !m_done; ++i) {
+            m_loop.stop();
+            m_cv.wait_for(lock, 100ms, [this] { return m_done; });
+        }
+    }
+
+    loop& m_loop;
+    std::chrono::milliseconds m_limit;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_done = false;
+    bool m_fired = false;
+    std::thread m_thread;  // last: starts once the rest exists
+};
+
+// --- loop_thread tasks ----------------------------------------------------------------
+
+task<void> doubler(int x, std::promise<int> result, std::promise<std::thread::id> where) {
+    co_await spindle::sleep_for(1ms);  // really park once on the loop
+    co_await spindle::yield();
+    where.set_value(std::this_thread::get_id());
+    result.set_value(2 * x);
+}
+
+task<void> forever(std::atomic<long>& ticks) {
+    for (long i = 0; i < 10'000'000; ++i) {
+        ticks.fetch_add(1, std::memory_order_relaxed);
+        co_await spindle::sleep_for(1ms);
+    }
+}
+
+task<void> sleeper(std::promise<void> started, std::atomic<int>& woke) {
+    spindle::test::counted alive_while_parked;
+    started.set_value();
+    co_await spindle::sleep_for(std::chrono::hours(1));
+    woke.fetch_add(1);
+}
+
+task<void> sleepy(std::atomic<bool>& finished) {
+    co_await spindle::sleep_for(2s);
+    finished = true;
+}
+
+task<void> spinner(const std::atomic<bool>& quit, std::atomic<long>& spins) {
+    for (long i = 0; i < 100'000'000 && !quit.load(std::memory_order_relaxed); ++i) {
+        spins.fetch_add(1, std::memory_order_relaxed);
+        co_await spindle::yield();
+    }
+}
+
+}  // namespace
+
+// =====================================================================================
+
+TEST_CASE("threads: posts from 4 threads run exactly once, in order per producer", "[threads]") {
+    constexpr int producers = 4;
+    constexpr int per_producer = 100'000;
+
+    // Touched on the loop thread (this one) only.
+    std::array<long, producers> runs{};
+    std::array<long, producers> last{-1, -1, -1, -1};
+    std::array<long, producers> out_of_order{};
+    long total = 0;
+    int producers_done = 0;
+    pid_t wrong_thread = 0;
+    const pid_t loop_tid = this_tid();
+
+    loop l;
+    std::optional<loop::hold> hold(std::in_place, l);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < producers; ++p) {
+        threads.emplace_back([&, p] {
+            while (!go.load()) std::this_thread::yield();
+            for (long i = 0; i < per_producer; ++i) {
+                l.post([&, p, i] {
+                    if (this_tid() != loop_tid) wrong_thread = this_tid();
+                    ++runs[p];
+                    ++total;
+                    if (last[p] + 1 != i) ++out_of_order[p];
+                    last[p] = i;
+                });
+            }
+            // FIFO per producer: this runs after all of this producer's posts.
+            l.post([&] {
+                if (++producers_done == producers) hold.reset();
+            });
+        });
+    }
+    go = true;
+    stop_watchdog watchdog(l, 100s);
+    l.run();
+    const bool stopped_by_watchdog = watchdog.finish();
+    for (auto& t : threads) t.join();
+
+    CHECK_FALSE(stopped_by_watchdog);
+    CHECK(producers_done == producers);
+    CHECK(total == long{producers} * per_producer);
+    for (int p = 0; p < producers; ++p) {
+        CAPTURE(p);
+        CHECK(runs[p] == per_producer);
+        CHECK(last[p] == per_producer - 1);
+        CHECK(out_of_order[p] == 0);
+    }
+    CHECK(wrong_thread == 0);
+    CHECK_FALSE(l.has_work());
+}
+
+TEST_CASE("threads: a post wakes a loop asleep in poll with no timers", "[threads]") {
+    loop l;
+    std::optional<loop::hold> hold(std::in_place, l);
+    REQUIRE_FALSE(l.time_to_next_deadline().has_value());  // nothing but I/O can wake it
+
+    const pid_t loop_tid = this_tid();
+    char state_at_post = '?';
+    bool ran = false;
+    pid_t ran_on = 0;
+    std::thread poster([&] {
+        std::this_thread::sleep_for(50ms);
+        // The loop thread should be blocked by now; give it a bounded while.
+        for (int i = 0; i < 200; ++i) {
+            state_at_post = thread_state(loop_tid);
+            if (state_at_post == 'S') break;
+            std::this_thread::sleep_for(5ms);
+        }
+        l.post([&] {
+            ran = true;
+            ran_on = this_tid();
+            hold.reset();
+        });
+    });
+    stop_watchdog watchdog(l, 10s);
+    l.run();
+    const bool stopped_by_watchdog = watchdog.finish();
+    poster.join();
+
+    CHECK(state_at_post == 'S');  // asleep (in epoll), not spinning
+    CHECK_FALSE(stopped_by_watchdog);
+    CHECK(ran);
+    CHECK(ran_on == loop_tid);
+}
+
+TEST_CASE("threads: stop() from another thread makes run() return", "[threads]") {
+    loop l;
+    std::optional<loop::hold> hold(std::in_place, l);
+
+    SECTION("while the loop sleeps") {
+        std::atomic<bool> stop_called{false};
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(50ms);
+            stop_called = true;
+            l.stop();
+        });
+        stop_watchdog watchdog(l, 10s);
+        l.run();
+        const bool stopped_by_watchdog = watchdog.finish();
+        stopper.join();
+        CHECK(stop_called.load());  // run() did not return on its own
+        CHECK_FALSE(stopped_by_watchdog);
+        CHECK(l.has_work());  // the hold is still there: only stop() ended run()
+    }
+    SECTION("while a task keeps the loop busy") {
+        std::atomic<bool> quit{false};
+        std::atomic<long> spins{0};
+        auto h = l.spawn(spinner(quit, spins));
+        std::atomic<bool> stop_called{false};
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(50ms);
+            stop_called = true;
+            l.stop();
+        });
+        stop_watchdog watchdog(l, 10s);
+        l.run();
+        const bool stopped_by_watchdog = watchdog.finish();
+        stopper.join();
+        CHECK(stop_called.load());
+        CHECK_FALSE(stopped_by_watchdog);
+        CHECK_FALSE(h.done());
+        CHECK(spins.load() > 0);
+        h.abort();  // it borrows this section's locals
+        CHECK(h.done());
+    }
+
+    // run() can be used again after a stop: it goes on until the work is done.
+    bool ran = false;
+    std::thread releaser([&] {
+        l.post([&] {
+            ran = true;
+            hold.reset();
+        });
+    });
+    releaser.join();
+    stop_watchdog watchdog(l, 10s);
+    l.run();
+    CHECK_FALSE(watchdog.finish());
+    CHECK(ran);
+    CHECK_FALSE(l.has_work());
+}
+
+TEST_CASE("threads: stop() from another thread makes block_on() return", "[threads]") {
+    // loop.hpp: stop() "makes run() and block_on() return after the current tick".
+    loop l;
+    std::atomic<bool> finished{false};
+    std::atomic<bool> stop_called{false};
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(50ms);
+        stop_called = true;
+        l.stop();
+    });
+    try {
+        l.block_on(sleepy(finished));
+    } catch (...) {
+        // Returning by an exception is fine too: what matters is when.
+    }
+    stopper.join();
+    CHECK(stop_called.load());
+    CHECK_FALSE(finished.load());  // block_on came back before its task ended
+}
+
+TEST_CASE("threads: native_handle turns readable when another thread posts", "[threads]") {
+    // A host folds the loop into its own poller: tick, then wait on native_handle.
+    loop l;
+    l.poll();
+    ::pollfd pfd{l.native_handle(), POLLIN, 0};
+    REQUIRE(::poll(&pfd, 1, 0) == 0);  // nothing to do yet
+    REQUIRE_FALSE(l.time_to_next_deadline().has_value());  // so a host would wait without limit
+
+    std::atomic<bool> ran{false};
+    std::thread poster([&] {
+        std::this_thread::sleep_for(20ms);
+        l.post([&] { ran = true; });
+    });
+    pfd.revents = 0;
+    const int n = ::poll(&pfd, 1, 3000);  // bounded here; a host would wait forever
+    poster.join();
+    CHECK(n == 1);
+    CHECK((pfd.revents & POLLIN) != 0);
+
+    for (int i = 0; i < 10 && !ran.load(); ++i) l.poll();
+    CHECK(ran.load());
+}
+
+TEST_CASE("threads: loop_thread runs tasks spawned and callbacks posted from other threads", "[threads][loop_thread]") {
+    constexpr int spawners = 3;
+    constexpr int tasks_each = 10;
+    constexpr int posters = 4;
+    constexpr int posts_each = 1000;
+
+    std::vector<std::future<int>> results;
+    std::vector<std::future<std::thread::id>> places;
+    std::thread::id loop_id;
+    long posted_runs = 0;  // loop thread only, read through a future
+    std::vector<std::thread> threads;
+    {
+        spindle::loop_thread lt;
+        loop_id = lt.thread_id();
+        CHECK(loop_id != std::this_thread::get_id());
+
+        // Futures are made here, promises travel into the tasks.
+        std::vector<std::vector<std::promise<int>>> rp(spawners);
+        std::vector<std::vector<std::promise<std::thread::id>>> wp(spawners);
+        for (int s = 0; s < spawners; ++s) {
+            for (int i = 0; i < tasks_each; ++i) {
+                rp[s].emplace_back();
+                wp[s].emplace_back();
+                results.push_back(rp[s].back().get_future());
+                places.push_back(wp[s].back().get_future());
+            }
+        }
+        for (int s = 0; s < spawners; ++s) {
+            threads.emplace_back([&lt, &rp, &wp, s] {
+                for (int i = 0; i < tasks_each; ++i)
+                    lt.spawn(doubler(s * 100 + i, std::move(rp[s][i]), std::move(wp[s][i])), "doubler");
+            });
+        }
+        for (int p = 0; p < posters; ++p) {
+            threads.emplace_back([&lt, &posted_runs] {
+                for (int i = 0; i < posts_each; ++i) lt.post([&posted_runs] { ++posted_runs; });
+            });
+        }
+        for (auto& t : threads) t.join();
+        // Posted after every producer finished: runs after all their posts.
+        std::promise<long> count;
+        auto counted_posts = count.get_future();
+        lt.post([&posted_runs, &count] { count.set_value(posted_runs); });
+        REQUIRE(counted_posts.wait_for(30s) == std::future_status::ready);
+        CHECK(counted_posts.get() == long{posters} * posts_each);
+
+        for (int s = 0; s < spawners; ++s) {
+            for (int i = 0; i < tasks_each; ++i) {
+                auto& f = results[static_cast<std::size_t>(s * tasks_each + i)];
+                REQUIRE(f.wait_for(30s) == std::future_status::ready);
+                CHECK(f.get() == 2 * (s * 100 + i));
+            }
+        }
+        for (auto& f : places) {
+            REQUIRE(f.wait_for(30s) == std::future_status::ready);
+            CHECK(f.get() == loop_id);
+        }
+    }
+}
+
+TEST_CASE("threads: loop_thread's destructor stops and joins its thread", "[threads][loop_thread]") {
+    std::atomic<long> ticks{0};
+    pid_t loop_tid = 0;
+    {
+        spindle::loop_thread lt;
+        std::promise<pid_t> tid;
+        auto tid_future = tid.get_future();
+        lt.post([&tid] { tid.set_value(this_tid()); });
+        REQUIRE(tid_future.wait_for(30s) == std::future_status::ready);
+        loop_tid = tid_future.get();
+        CHECK(thread_exists(loop_tid));
+        lt.spawn(forever(ticks), "forever");  // never ends by itself
+        for (int i = 0; i < 2000 && ticks.load() < 3; ++i) std::this_thread::sleep_for(1ms);
+        REQUIRE(ticks.load() >= 3);
+    }
+    // The thread is gone (the kernel may list it a moment after the join) and
+    // nothing of the loop runs any more.
+    for (int i = 0; i < 2000 && thread_exists(loop_tid); ++i) std::this_thread::sleep_for(1ms);
+    CHECK_FALSE(thread_exists(loop_tid));
+    const long after = ticks.load();
+    std::this_thread::sleep_for(20ms);
+    CHECK(ticks.load() == after);
+}
+
+TEST_CASE("threads: a loop_thread destroyed with parked tasks destroys their frames", "[threads][loop_thread]") {
+    constexpr int parked = 8;
+    const int base = spindle::test::counted::alive;
+    std::atomic<int> woke{0};
+    auto started_at = spindle::clock::now();
+    {
+        spindle::loop_thread lt;
+        std::vector<std::future<void>> started;
+        for (int i = 0; i < parked; ++i) {
+            std::promise<void> p;
+            started.push_back(p.get_future());
+            lt.spawn(sleeper(std::move(p), woke), "sleeper");
+        }
+        for (auto& f : started) REQUIRE(f.wait_for(30s) == std::future_status::ready);
+        // The futures order the counted constructions (on the loop thread) before this read.
+        CHECK(spindle::test::counted::alive - base == parked);
+        started_at = spindle::clock::now();
+    }
+    const auto took = spindle::clock::now() - started_at;
+    CHECK(spindle::test::counted::alive == base);  // every parked frame was destroyed
+    CHECK(woke.load() == 0);                       // ... without running on
+    // Promptly: nowhere near the hour the tasks were sleeping for.
+    CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(took).count() < 30'000);
+}

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -72,7 +73,8 @@ public:
 
     /// Runs until no task, timer, watcher, hold or pending post remains, or stop().
     void run();
-    /// Makes run() and block_on() return after the current tick. Any thread.
+    /// Makes run() return after the current tick, and block_on() throw
+    /// std::system_error(operation_canceled) if its task has not finished. Any thread.
     void stop() noexcept;
 
     /// One tick, waiting at most `max_wait` for I/O or time (negative: no limit).
@@ -167,7 +169,7 @@ private:
     detail::post_queue m_posts;
     std::atomic<std::uint64_t> m_posted{0};
     std::uint64_t m_posts_run = 0;
-    std::atomic<bool> m_sleeping{false};
+    std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
     std::atomic<bool> m_wake_sent{false};
     std::atomic<bool> m_stop{false};
     std::atomic<std::size_t> m_holds{0};
@@ -208,6 +210,7 @@ template <class T>
 T loop::block_on(task<T> t) {
     join_handle<T> handle = spawn(std::move(t), "block_on");
     run_until_done(handle.header());
+    if (!handle.done()) throw std::system_error(std::make_error_code(std::errc::operation_canceled), "spindle: block_on stopped");
     // The task is done, so awaiting its handle completes without suspending.
     auto awaiter = handle.operator co_await();
     return awaiter.await_resume();
