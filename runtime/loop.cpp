@@ -254,6 +254,8 @@ loop::hold::~hold() {
 //  4. fire expired timers in (deadline, insertion) order;
 //  5. wake a bounded batch of idle waiters if nothing else is ready.
 void loop::tick(std::chrono::nanoseconds max_wait) {
+    // Inside a tick the loop looks at its posts by itself: posters need not wake it.
+    m_sleeping.store(false, std::memory_order_relaxed);
     // 1. Swapping the queue out first is what keeps a task that yields in a
     //    loop from running twice in one tick and starving the others.
     m_batch.splice_back(m_ready);
@@ -283,7 +285,8 @@ void loop::tick(std::chrono::nanoseconds max_wait) {
     if (!m_timers.empty()) m_timers.fire_expired(now_ns());
 
     // 5.
-    if (m_ready.empty() && !m_idle.empty()) wake_idle_waiters();
+    if (m_ready.empty() && !m_idle.empty() && m_posted.load(std::memory_order_acquire) == m_posts_run)
+        wake_idle_waiters();
 }
 
 std::chrono::nanoseconds loop::poll_timeout(std::chrono::nanoseconds max_wait) {

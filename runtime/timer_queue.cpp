@@ -44,7 +44,12 @@ void timer_queue::insert(timer_node& node, std::int64_t deadline) {
     std::uint32_t slot = take_slot(node);
     node.m_slot = slot;
     // Bucket 0 is kept in sequence order; a new entry has the highest sequence.
-    put(entry{key, m_seq++, slot});
+    // Armed by a callback of fire_expired: kept aside until it returns, so it
+    // neither fires in this call nor holds back what is due.
+    if (m_firing)
+        m_staged.push_back(entry{key, m_seq++, slot});
+    else
+        put(entry{key, m_seq++, slot});
     ++m_live;
 }
 
@@ -71,6 +76,12 @@ void timer_queue::drop_dead_front() noexcept {
 }
 
 std::int64_t timer_queue::next_deadline() noexcept {
+    // Only cancelled entries left: nothing would ever fire to drop them, and
+    // their deadlines would make the loop wake (or spin) for nothing.
+    if (m_live == 0) {
+        if (m_dead > 0) purge();
+        return no_deadline;
+    }
     drop_dead_front();
     if (!m_buckets[0].items.empty()) return static_cast<std::int64_t>(m_last);
     if (m_nonempty == 0) return no_deadline;
@@ -104,7 +115,15 @@ bool timer_queue::refill_bucket0(std::int64_t now) {
 }
 
 std::size_t timer_queue::fire_expired(std::int64_t now) {
-    const std::uint32_t first_new = m_seq;
+    m_firing = true;
+    std::size_t fired = fire_due(now);
+    m_firing = false;
+    for (const entry& e : m_staged) put(entry{std::max(e.key, m_last), e.seq, e.slot});
+    m_staged.clear();
+    return fired;
+}
+
+std::size_t timer_queue::fire_due(std::int64_t now) {
     std::size_t fired = 0;
     for (;;) {
         auto& front = m_buckets[0].items;
@@ -115,7 +134,7 @@ std::size_t timer_queue::fire_expired(std::int64_t now) {
             continue;
         }
         const entry e = front[m_front];
-        if (static_cast<std::int64_t>(e.key) > now || !seq_before(e.seq, first_new)) return fired;
+        if (static_cast<std::int64_t>(e.key) > now) return fired;
         ++m_front;
         timer_node* node = m_slots[e.slot];
         m_slots[e.slot] = nullptr;
@@ -153,10 +172,19 @@ void timer_queue::purge() noexcept {
             m_nonempty |= std::uint64_t{1} << (b - 1);
         }
     }
+    auto keep = std::remove_if(m_staged.begin(), m_staged.end(), [this](const entry& e) {
+        if (m_slots[e.slot] != nullptr) return false;
+        free_slot(e.slot);
+        return true;
+    });
+    m_staged.erase(keep, m_staged.end());
     m_dead = 0;
 }
 
 void timer_queue::clear() noexcept {
+    for (const entry& e : m_staged)
+        if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
+    m_staged.clear();
     for (bucket& bk : m_buckets) {
         for (const entry& e : bk.items)
             if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;

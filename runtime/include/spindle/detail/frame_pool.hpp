@@ -10,8 +10,21 @@
 #include <cstddef>
 #include <new>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SPINDLE_FRAME_POOL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPINDLE_FRAME_POOL 0
+#endif
+#endif
+#ifndef SPINDLE_FRAME_POOL
+#define SPINDLE_FRAME_POOL 1
+#endif
+
 namespace spindle::detail {
 
+// Under AddressSanitizer every block goes straight to the allocator, so a use
+// of a destroyed frame is still reported.
 class frame_pool {
 public:
     static constexpr std::size_t granularity = 16;
@@ -20,7 +33,7 @@ public:
     static constexpr std::size_t max_per_class = 4096;  // bounds what an idle thread keeps
 
     static void* allocate(std::size_t size) {
-        if (size > max_pooled) return ::operator new(size);
+        if (!SPINDLE_FRAME_POOL || size > max_pooled) return ::operator new(size);
         frame_pool& pool = local();
         std::size_t c = class_of(size);
         if (block* b = pool.m_free[c]) {
@@ -32,7 +45,7 @@ public:
     }
 
     static void deallocate(void* p, std::size_t size) noexcept {
-        if (size > max_pooled) {
+        if (!SPINDLE_FRAME_POOL || size > max_pooled) {
             ::operator delete(p);
             return;
         }

@@ -77,6 +77,7 @@ private:
     bool refill_bucket0(std::int64_t now);
     void drop_dead_front() noexcept;
     void purge() noexcept;
+    std::size_t fire_due(std::int64_t now);
     std::uint32_t take_slot(timer_node& node);
     void free_slot(std::uint32_t slot) noexcept { m_free_slots.push_back(slot); }
 
@@ -85,6 +86,8 @@ private:
     std::uint64_t m_nonempty = 0;     // bit i-1 set: bucket i (1..64) has entries
     std::uint64_t m_last = 0;         // the last deadline taken out
     std::vector<entry> m_scratch;     // a bucket being emptied
+    std::vector<entry> m_staged;      // armed during fire_expired: queued after it
+    bool m_firing = false;
     std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
     std::vector<std::uint32_t> m_free_slots;
     std::uint32_t m_seq = 0;
