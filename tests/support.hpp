@@ -8,6 +8,9 @@
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,6 +54,25 @@ public:
 private:
     std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> m_sink;
     std::shared_ptr<spdlog::logger> m_previous;
+};
+
+/// A non-blocking pipe, closed after the loop that used it (declare it first).
+struct pipe_pair {
+    int r = -1;
+    int w = -1;
+    pipe_pair() {
+        int fds[2];
+        REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+        r = fds[0];
+        w = fds[1];
+    }
+    ~pipe_pair() {
+        ::close(r);
+        ::close(w);
+    }
+    pipe_pair(const pipe_pair&) = delete;
+    pipe_pair& operator=(const pipe_pair&) = delete;
+    bool put(char c = 'x') const { return ::write(w, &c, 1) == 1; }
 };
 
 /// Counts live instances, to prove frames and their locals were destroyed.

@@ -51,26 +51,7 @@ struct socket_pair {
     }
 };
 
-struct pipe_pair {
-    int r = -1;
-    int w = -1;
-    pipe_pair() {
-        int fds[2];
-        REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
-        r = fds[0];
-        w = fds[1];
-    }
-    ~pipe_pair() {
-        ::close(r);
-        ::close(w);
-    }
-    pipe_pair(const pipe_pair&) = delete;
-    pipe_pair& operator=(const pipe_pair&) = delete;
-    bool put() const {
-        char c = 'x';
-        return ::write(w, &c, 1) == 1;
-    }
-};
+using spindle::test::pipe_pair;
 
 // --- tasks parked in every way a task can park ----------------------------------
 // Each owns a counted local and one end of a socket pair (through unique_fd);

@@ -27,24 +27,7 @@ namespace {
 
 long long to_us(steady::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
 
-/// A non-blocking pipe, closed after the loop that used it (declare it first).
-struct pipe_pair {
-    int r = -1;
-    int w = -1;
-    pipe_pair() {
-        int fds[2];
-        REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
-        r = fds[0];
-        w = fds[1];
-    }
-    ~pipe_pair() {
-        ::close(r);
-        ::close(w);
-    }
-    pipe_pair(const pipe_pair&) = delete;
-    pipe_pair& operator=(const pipe_pair&) = delete;
-    bool put(char c = 'x') const { return ::write(w, &c, 1) == 1; }
-};
+using spindle::test::pipe_pair;
 
 /// Stops `l` from another thread if the test runs past `limit`, so a run()
 /// that never returns fails the test instead of hanging it.
