@@ -2,7 +2,9 @@
 
 #include "syscall_op.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <limits>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -159,6 +161,9 @@ bool epoll_backend::submit(operation& op) {
             (is_reader(op) ? st.readers : st.writers).erase(op);
             m_deferred.push_back(op);
             op.backend_tag = in_deferred;
+            // No event will come for it: make native_handle() readable so a host
+            // polling that descriptor comes back to us.
+            wake();
         }
         return false;
     }
@@ -226,6 +231,14 @@ void epoll_backend::close_fd(int fd) noexcept {
         st.writers.erase(*op);
         finish(*op, -ECANCELED);
     }
+    for (operation* op = m_deferred.head; op;) {
+        operation* next = op->next;
+        if (op->fd == fd) {
+            m_deferred.erase(*op);
+            finish(*op, -ECANCELED);
+        }
+        op = next;
+    }
 }
 
 void epoll_backend::retry(op_list& list) { retry(list, readable | writable, false); }
@@ -258,7 +271,13 @@ void epoll_backend::retry(op_list& list, std::uint32_t got, bool polls_only) {
             continue;
         }
         std::int64_t r = op->code == op_code::connect ? finish_connect(*op) : perform(*op);
-        if (r == -EAGAIN || r == -EWOULDBLOCK) return;
+        if (r == -EAGAIN || r == -EWOULDBLOCK) {
+            // The rest must wait too, but readiness waits further on (a readable|
+            // writable watcher kept with the readers) still hear of this event.
+            polls_only = true;
+            op = next;
+            continue;
+        }
         list.erase(*op);
         finish(*op, r);
         op = next;
@@ -288,7 +307,11 @@ int epoll_backend::poll(std::chrono::nanoseconds timeout) {
         // Milliseconds, rounded up: waking before the deadline would only make
         // the loop spin through zero-timeout polls until it arrives.
         int ms = -1;
-        if (timeout >= std::chrono::nanoseconds::zero()) ms = static_cast<int>((timeout.count() + 999'999) / 1'000'000);
+        if (timeout >= std::chrono::nanoseconds::zero()) {
+            constexpr std::int64_t max_ms = std::numeric_limits<int>::max();
+            const std::int64_t whole_ms = timeout.count() / 1'000'000 + (timeout.count() % 1'000'000 != 0);
+            ms = static_cast<int>(std::min(whole_ms, max_ms));
+        }
         n = ::epoll_wait(m_epoll, events, max_events, ms);
     }
     if (n < 0) {

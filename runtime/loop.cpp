@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <stdexcept>
+#include <thread>
 #include <unistd.h>
 
 namespace spindle {
@@ -93,13 +94,14 @@ void log_post_failure() noexcept {
 
 void watcher_base::on_complete(reactor::operation& op) noexcept {
     auto& self = static_cast<watcher_base&>(op);
-    if (!self.m_loop || self.fired_hook().is_linked()) return;
-    if (!self.persistent || !self.pending()) {
-        // A one-shot watcher is done: it no longer keeps the loop alive.
+    if (!self.m_loop) return;
+    if ((!self.persistent || !self.pending()) && self.watch_hook().is_linked()) {
+        // Done (one-shot, or its descriptor was closed): it no longer keeps the
+        // loop alive, even if it is already queued to call back.
         self.watch_hook().unlink();
         --self.m_loop->m_active_watchers;
     }
-    self.m_loop->m_fired.push_back(self);
+    if (!self.fired_hook().is_linked()) self.m_loop->m_fired.push_back(self);
 }
 
 }  // namespace detail
@@ -114,6 +116,9 @@ loop::loop(loop_options options) : m_options(options), m_backend(reactor::make_b
 }
 
 loop::~loop() {
+    // Another thread may still be inside post() or ~hold(), past the point
+    // where this loop could see its work: let it leave first (nanoseconds).
+    while (m_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     m_closing = true;
     current_scope scope(this);
     // Parked tasks first: their frames' destructors withdraw timers and
@@ -243,8 +248,12 @@ loop::hold::hold(loop& l) noexcept : m_loop(&l) { m_loop->m_holds.fetch_add(1, s
 
 loop::hold::~hold() {
     if (!m_loop) return;
+    // Once the count drops, the loop may return from run() and be destroyed
+    // before wake() is called: the in-flight count makes ~loop wait for us.
+    m_loop->m_in_flight.fetch_add(1, std::memory_order_acq_rel);
     m_loop->m_holds.fetch_sub(1, std::memory_order_acq_rel);
     m_loop->m_backend->wake();  // let run() see that the work may be over
+    m_loop->m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 // A tick, in order (docs/architecture.md):
@@ -299,7 +308,7 @@ std::chrono::nanoseconds loop::poll_timeout(std::chrono::nanoseconds max_wait) {
         return nanoseconds::zero();
     std::int64_t deadline = m_timers.next_deadline();
     if (deadline == detail::timer_queue::no_deadline) return max_wait;  // negative: no limit
-    if (const std::int64_t slack = m_options.timer_slack.count(); slack > 0)
+    if (const std::int64_t slack = m_options.timer_slack.count(); slack > 0 && deadline < detail::timer_queue::no_deadline - slack)
         deadline = (deadline + slack - 1) / slack * slack;  // up to the grid: late by < slack, never early
     nanoseconds until(std::max<std::int64_t>(0, deadline - now_ns()));
     if (max_wait < nanoseconds::zero()) return until;
@@ -461,10 +470,13 @@ watcher::watcher(loop& owner, int fd, std::uint32_t events, callback fn, void* c
     this->events = events;
     this->persistent = (m == mode::persistent);
     this->complete = &on_complete;
+    // Submit before linking: if it throws (say, epoll refuses a regular file),
+    // no list keeps a node that never finished constructing.
+    const bool ready_now = owner.io().submit(*this);
     owner.add_watcher(*this);
     // A one-shot watch may be satisfied at once: it still calls back from the
     // loop, never from inside this constructor.
-    if (owner.io().submit(*this)) on_complete(*this);
+    if (ready_now) on_complete(*this);
 }
 
 void watcher::stop() noexcept {

@@ -22,9 +22,11 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
         m_slots[s] = &node;
         return s;
     }
-    m_slots.push_back(&node);
-    // Keep room for every slot in the free list, so releasing one never allocates.
+    // Keep room for every slot in the free list, so releasing one never
+    // allocates; grow both before changing either, so a throw changes nothing.
+    if (m_slots.size() == m_slots.capacity()) m_slots.reserve(m_slots.size() * 2 + 16);
     if (m_free_slots.capacity() < m_slots.capacity()) m_free_slots.reserve(m_slots.capacity());
+    m_slots.push_back(&node);
     return static_cast<std::uint32_t>(m_slots.size() - 1);
 }
 
@@ -42,14 +44,21 @@ void timer_queue::insert(timer_node& node, std::int64_t deadline) {
     std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
     if (key < m_last) key = m_last;  // already due: the queue only moves forward
     std::uint32_t slot = take_slot(node);
+    try {
+        // Bucket 0 is kept in sequence order; a new entry has the highest sequence.
+        // Armed by a callback of fire_expired: kept aside until it returns, so it
+        // neither fires in this call nor holds back what is due.
+        if (m_firing)
+            m_staged.push_back(entry{key, m_seq, slot});
+        else
+            put(entry{key, m_seq, slot});
+    } catch (...) {
+        m_slots[slot] = nullptr;
+        free_slot(slot);
+        throw;
+    }
+    ++m_seq;
     node.m_slot = slot;
-    // Bucket 0 is kept in sequence order; a new entry has the highest sequence.
-    // Armed by a callback of fire_expired: kept aside until it returns, so it
-    // neither fires in this call nor holds back what is due.
-    if (m_firing)
-        m_staged.push_back(entry{key, m_seq++, slot});
-    else
-        put(entry{key, m_seq++, slot});
     ++m_live;
 }
 
@@ -115,9 +124,16 @@ bool timer_queue::refill_bucket0(std::int64_t now) {
 }
 
 std::size_t timer_queue::fire_expired(std::int64_t now) {
-    m_firing = true;
-    std::size_t fired = fire_due(now);
-    m_firing = false;
+    struct firing_scope {
+        bool& flag;
+        explicit firing_scope(bool& f) : flag(f) { flag = true; }
+        ~firing_scope() { flag = false; }
+    };
+    std::size_t fired;
+    {
+        firing_scope scope(m_firing);
+        fired = fire_due(now);
+    }
     for (const entry& e : m_staged) put(entry{std::max(e.key, m_last), e.seq, e.slot});
     m_staged.clear();
     return fired;

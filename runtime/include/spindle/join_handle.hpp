@@ -103,8 +103,10 @@ public:
         awaiter(const awaiter&) = delete;
         awaiter& operator=(const awaiter&) = delete;
         ~awaiter() {
+            if (!m_parked) return;
             // Destroyed while parked (our own task was aborted): unregister.
-            if (m_task && m_waiting && m_task->m_joiner == m_waiting) m_task->m_joiner = nullptr;
+            if (m_task->m_joiner == m_waiting) m_task->m_joiner = nullptr;
+            detail::release_task(*m_task);
         }
 
         bool await_ready() const {
@@ -117,6 +119,10 @@ public:
             me.m_resume = h;
             m_task->m_joiner = &me;
             m_waiting = &me;
+            // While parked, the handle may be dropped by another task: hold the
+            // header ourselves so the result is still there when we resume.
+            ++m_task->m_refs;
+            m_parked = true;
         }
         T await_resume() {
             m_waiting = nullptr;
@@ -137,12 +143,14 @@ public:
     private:
         detail::spawned<T>* m_task;
         detail::task_header* m_waiting = nullptr;
+        bool m_parked = false;
     };
 
     awaiter operator co_await() const noexcept { return awaiter{m_task}; }
 
-    /// For the loop (block_on).
+    /// For the loop (block_on) and when_all.
     const detail::task_header& header() const noexcept { return *m_task; }
+    detail::task_header* header_ptr() noexcept { return m_task; }
 
 private:
     detail::spawned<T>* m_task = nullptr;

@@ -173,6 +173,7 @@ private:
     std::atomic<bool> m_wake_sent{false};
     std::atomic<bool> m_stop{false};
     std::atomic<std::size_t> m_holds{0};
+    std::atomic<std::size_t> m_in_flight{0};  // threads inside post() or ~hold()
 
     // Watchers whose operation completed in the last poll, dispatched after it.
     detail::intrusive_list<detail::watcher_base> m_watchers;
@@ -241,10 +242,14 @@ void post_item<F>::call(post_node* node, bool run) noexcept {
 template <class F>
 void loop::post(F&& fn) {
     auto* node = new detail::post_item<std::decay_t<F>>(std::decay_t<F>(std::forward<F>(fn)));
+    // Once the node is in, the loop may run it, finish and be destroyed while
+    // this thread still has to look at the flags: ~loop waits for m_in_flight.
+    m_in_flight.fetch_add(1, std::memory_order_acq_rel);
     m_posts.push(node);
     m_posted.fetch_add(1, std::memory_order_seq_cst);
     if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel))
         m_backend->wake();
+    m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 }  // namespace spindle

@@ -6,6 +6,7 @@
 #include <spindle/result.hpp>
 
 #include <chrono>
+#include <limits>
 #include <stop_token>
 #include <system_error>
 
@@ -96,15 +97,24 @@ inline std::int64_t to_ns(clock::time_point t) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+/// now + d in nanoseconds, saturating: sleep_for(nanoseconds::max()) means never.
+template <class Rep, class Period>
+std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) noexcept {
+    using limits = std::numeric_limits<std::int64_t>;
+    const std::int64_t now = loop::now_ns();
+    if (d <= d.zero()) return now;
+    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(std::chrono::nanoseconds(limits::max() - now)))
+        return limits::max();
+    return now + std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
 }  // namespace detail
 
 /// Resumes the task once `d` has passed (steady clock). Returns an empty
 /// error_code, or operation_canceled if `token` was stopped first.
 template <class Rep, class Period>
 [[nodiscard]] detail::sleep_awaiter sleep_for(std::chrono::duration<Rep, Period> d, std::stop_token token = {}) {
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-    if (ns < 0) ns = 0;
-    return detail::sleep_awaiter(loop::now_ns() + ns, std::move(token));
+    return detail::sleep_awaiter(detail::deadline_after(d), std::move(token));
 }
 
 /// Resumes the task at `t` (a deadline in the past fires in the next timer phase).

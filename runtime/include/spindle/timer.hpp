@@ -38,7 +38,7 @@ public:
 
     /// Calls fn(context) once, `delay` from now.
     void start(clock::duration delay, callback fn, void* context) {
-        arm(loop::now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count(), 0, fn, context);
+        arm(detail::deadline_after(delay), 0, fn, context);
     }
     /// Calls fn(context) every `period`, first after `period`.
     void start_repeating(clock::duration period, callback fn, void* context) {

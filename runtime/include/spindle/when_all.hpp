@@ -20,36 +20,36 @@ namespace detail {
 template <class T>
 using non_void_t = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
 
-template <class T, class Slot>
-task<void> store_into(task<T> t, Slot& slot) {
-    if constexpr (std::is_void_v<T>) {
-        co_await std::move(t);
-        slot.emplace();
-    } else {
-        slot.emplace(co_await std::move(t));
+// Children keep their results in their own task headers, never in the parent's
+// frame: a child may outlive the parent (when it is the very task that aborted
+// it, it cannot be destroyed while it runs).
+class abort_children {
+public:
+    explicit abort_children(std::size_t n) { m_children.reserve(n); }
+    abort_children(const abort_children&) = delete;
+    abort_children& operator=(const abort_children&) = delete;
+    void add(task_header* child) { m_children.push_back(child); }
+    ~abort_children() {
+        for (task_header* child : m_children)
+            if (child->m_status == task_status::running && child != child->m_loop->running_task()) abort_task(*child);
     }
-}
 
-inline task<void> when_all_tasks(std::vector<task<void>> tasks) {
-    struct children {
-        std::vector<join_handle<void>> handles;
-        ~children() {
-            for (auto& h : handles)
-                if (!h.done()) h.abort();
+private:
+    std::vector<task_header*> m_children;  // kept alive by the join handles declared before us
+};
+
+template <class T>
+task<void> join_into(join_handle<T>& child, std::optional<non_void_t<T>>& slot, std::exception_ptr& first) {
+    try {
+        if constexpr (std::is_void_v<T>) {
+            co_await child;
+            slot.emplace();
+        } else {
+            slot.emplace(co_await child);
         }
-    } spawned;
-    loop& l = loop::current();
-    spawned.handles.reserve(tasks.size());
-    for (auto& t : tasks) spawned.handles.push_back(l.spawn(std::move(t), "when_all"));
-    std::exception_ptr first;
-    for (auto& h : spawned.handles) {
-        try {
-            co_await h;
-        } catch (...) {
-            if (!first) first = std::current_exception();
-        }
+    } catch (...) {
+        if (!first) first = std::current_exception();
     }
-    if (first) std::rethrow_exception(first);
 }
 
 }  // namespace detail
@@ -57,16 +57,19 @@ inline task<void> when_all_tasks(std::vector<task<void>> tasks) {
 /// Results in argument order; a task<void> gives std::monostate.
 template <class... T>
 task<std::tuple<detail::non_void_t<T>...>> when_all(task<T>... tasks) {
+    loop& l = loop::current();
+    std::tuple<join_handle<T>...> children{l.spawn(std::move(tasks), "when_all")...};
+    detail::abort_children guard(sizeof...(T));
     std::tuple<std::optional<detail::non_void_t<T>>...> slots;
-    std::vector<task<void>> wrapped;
-    wrapped.reserve(sizeof...(T));
-    {
-        auto args = std::forward_as_tuple(std::move(tasks)...);
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (wrapped.push_back(detail::store_into(std::move(std::get<I>(args)), std::get<I>(slots))), ...);
-        }(std::index_sequence_for<T...>{});
-    }
-    co_await detail::when_all_tasks(std::move(wrapped));
+    std::exception_ptr first;
+    std::vector<task<void>> joins;
+    joins.reserve(sizeof...(T));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (guard.add(std::get<I>(children).header_ptr()), ...);
+        (joins.push_back(detail::join_into(std::get<I>(children), std::get<I>(slots), first)), ...);
+    }(std::index_sequence_for<T...>{});
+    for (auto& join : joins) co_await std::move(join);
+    if (first) std::rethrow_exception(first);
     co_return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return std::tuple<detail::non_void_t<T>...>(std::move(*std::get<I>(slots))...);
     }(std::index_sequence_for<T...>{});
@@ -75,11 +78,16 @@ task<std::tuple<detail::non_void_t<T>...>> when_all(task<T>... tasks) {
 /// Results in the vector's order.
 template <class T>
 task<std::vector<detail::non_void_t<T>>> when_all(std::vector<task<T>> tasks) {
-    std::vector<std::optional<detail::non_void_t<T>>> slots(tasks.size());
-    std::vector<task<void>> wrapped;
-    wrapped.reserve(tasks.size());
-    for (std::size_t i = 0; i < tasks.size(); ++i) wrapped.push_back(detail::store_into(std::move(tasks[i]), slots[i]));
-    co_await detail::when_all_tasks(std::move(wrapped));
+    loop& l = loop::current();
+    std::vector<join_handle<T>> children;
+    children.reserve(tasks.size());
+    for (auto& t : tasks) children.push_back(l.spawn(std::move(t), "when_all"));
+    detail::abort_children guard(children.size());
+    for (auto& child : children) guard.add(child.header_ptr());
+    std::vector<std::optional<detail::non_void_t<T>>> slots(children.size());
+    std::exception_ptr first;
+    for (std::size_t i = 0; i < children.size(); ++i) co_await detail::join_into(children[i], slots[i], first);
+    if (first) std::rethrow_exception(first);
     std::vector<detail::non_void_t<T>> out;
     out.reserve(slots.size());
     for (auto& s : slots) out.push_back(std::move(*s));
