@@ -7,21 +7,25 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -716,6 +720,76 @@ task<void> close_watched(loop& l, int fd, bool& had_work_before) {
     co_await spindle::sleep_for(20ms);
 }
 
+
+// --- watcher bookkeeping ----------------------------------------------------------------
+
+/// Calls l.run(); if it has not returned within `limit`, stops it from another
+/// thread. Returns whether run() returned by itself (no work left).
+bool run_returns_by_itself(loop& l, std::chrono::milliseconds limit) {
+    std::mutex m;
+    std::condition_variable cv;
+    bool returned = false;
+    bool stopped = false;
+    std::thread guard([&] {
+        std::unique_lock lock(m);
+        if (cv.wait_for(lock, limit, [&] { return returned; })) return;
+        stopped = true;
+        l.stop();
+    });
+    l.run();
+    {
+        std::lock_guard lock(m);
+        returned = true;
+    }
+    cv.notify_all();
+    guard.join();
+    return !stopped;
+}
+
+/// A regular file (epoll refuses those with EPERM), already unlinked.
+int regular_file() {
+    std::string path = "/tmp/spindle-test-XXXXXX";
+    int fd = ::mkostemp(path.data(), O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    ::unlink(path.c_str());
+    return fd;
+}
+
+struct closing_fd {
+    loop* l = nullptr;
+    int fd = -1;
+    bool closed = false;
+};
+
+struct closing_ctx {
+    closing_fd* target = nullptr;
+    int calls = 0;
+};
+
+/// Whichever watcher calls back first closes the descriptor through the loop.
+void close_on_call(void* p) {
+    auto& c = *static_cast<closing_ctx*>(p);
+    ++c.calls;
+    if (!c.target->closed) {
+        c.target->closed = true;
+        c.target->l->close_fd(c.target->fd);
+    }
+}
+
+task<void> read_text(int fd, std::string& got) {
+    std::array<std::byte, 16> buf{};
+    auto r = co_await spindle::read(fd, buf);
+    REQUIRE(r.has_value());
+    got = text_of(std::span(buf).first(*r));
+}
+
+/// Bytes read, or -errno.
+task<void> read_result(int fd, long& result) {
+    std::array<std::byte, 16> buf{};
+    auto r = co_await spindle::read(fd, buf);
+    result = r.has_value() ? static_cast<long>(*r) : -static_cast<long>(r.error().value());
+}
+
 // --- cancellation -------------------------------------------------------------------
 
 struct cancel_state {
@@ -1292,4 +1366,176 @@ TEST_CASE("io: 64 MiB through a socketpair, partial writes handled", "[io][bulk]
     CHECK(s.received.h == s.sent.h);
     CHECK(s.partial_writes > 0u);  // the partial-write path was exercised
     CHECK(s.reads > 1u);
+}
+
+TEST_CASE("io: a watcher constructor that throws leaves the loop without work", "[io][watcher]") {
+    const int file = regular_file();
+    {
+        loop l;
+        watch_ctx ctx;
+        ctx.drain = false;
+        auto m = spindle::watcher::mode::persistent;
+        SECTION("persistent") { m = spindle::watcher::mode::persistent; }
+        SECTION("one-shot") { m = spindle::watcher::mode::one_shot; }
+        std::unique_ptr<spindle::watcher> w;
+        bool threw = false;
+        try {
+            w = std::make_unique<spindle::watcher>(l, file, spindle::reactor::readable, &on_watch, &ctx, m);
+        } catch (const std::system_error& e) {
+            threw = true;
+            CAPTURE(e.what());
+            CHECK(e.code() == std::errc::operation_not_permitted);
+        }
+        REQUIRE(threw);
+        REQUIRE_FALSE(w);
+        CHECK_FALSE(l.has_work());
+        CHECK(run_returns_by_itself(l, 2s));
+
+        // The loop's watcher bookkeeping is intact: a real watcher still works.
+        owned_pair p(l, make_pipe());
+        watch_ctx ok;
+        ok.fd = p.a.get();
+        {
+            spindle::watcher good(l, p.a.get(), spindle::reactor::readable, &on_watch, &ok, spindle::watcher::mode::one_shot);
+            CHECK(l.has_work());
+            REQUIRE(::write(p.b.get(), "w", 1) == 1);
+            CHECK(run_returns_by_itself(l, 5s));
+            CHECK(ok.calls == 1);
+            CHECK_FALSE(good.active());
+        }
+        CHECK(ctx.calls == 0);
+    }
+    ::close(file);
+}
+
+TEST_CASE("io: two watchers on one socket fire in the same poll and the first closes it through the loop", "[io][watcher]") {
+    const fd_pair sp = make_socketpair();
+    {
+        loop l;
+        closing_fd target{&l, sp.a};
+        closing_ctx cw{&target}, cr{&target};
+        REQUIRE(::write(sp.b, "x", 1) == 1);  // sp.a is readable and writable
+        spindle::watcher ww(l, sp.a, spindle::reactor::writable, &close_on_call, &cw);
+        spindle::watcher wr(l, sp.a, spindle::reactor::readable, &close_on_call, &cr);
+        l.run_once(10ms);
+        CHECK(target.closed);
+        // Both were collected by that one poll (a callback for the cancellation may follow).
+        CHECK(cw.calls >= 1);
+        CHECK(cr.calls >= 1);
+        for (int i = 0; i < 3; ++i) l.run_once(0ns);
+        CHECK_FALSE(ww.active());
+        CHECK_FALSE(wr.active());
+        CHECK_FALSE(l.has_work());
+        const int calls = cw.calls + cr.calls;
+        CHECK(run_returns_by_itself(l, 2s));
+        CHECK(cw.calls + cr.calls == calls);  // nothing more after the close
+    }
+    ::close(sp.b);
+}
+
+TEST_CASE("io: a watcher deferred because its descriptor was ready and then close_fd: a reused number does not reach it", "[io][watcher]") {
+    loop l;
+    fd_pair old = make_socketpair();
+    // Register the descriptor with the loop: a watcher created afterwards on a
+    // ready descriptor finds no edge to come and is completed from the next poll.
+    REQUIRE(::write(old.b, "x", 1) == 1);
+    int ready = 0;
+    run_with_watchdog(l, readable_waiter(old.a, ready));
+    REQUIRE((ready & spindle::reactor::readable) != 0);
+    watch_ctx ctx;
+    ctx.drain = false;
+    std::string got;
+    {
+        spindle::watcher w(l, old.a, spindle::reactor::readable, &on_watch, &ctx);
+        REQUIRE(ctx.calls == 0);  // deferred, not called back from the constructor
+        const int number = old.a;
+        l.close_fd(old.a);
+        ::close(old.b);
+        // A new socket under the same number.
+        fd_pair fresh = make_socketpair();
+        if (fresh.a != number) {
+            REQUIRE(::dup3(fresh.a, number, O_CLOEXEC) == number);
+            ::close(fresh.a);
+            fresh.a = number;
+        }
+        owned_pair now(l, fresh);
+        for (int i = 0; i < 3; ++i) l.run_once(5ms);
+        const int calls_after_close = ctx.calls;
+        CHECK(calls_after_close <= 1);  // at most the cancellation
+        CHECK_FALSE(w.active());
+        CHECK_FALSE(l.has_work());
+
+        // Traffic on the new descriptor: a read parks on it, then data comes.
+        auto reader = l.spawn(read_text(now.a.get(), got));
+        for (int i = 0; i < 3; ++i) l.run_once(5ms);
+        REQUIRE_FALSE(reader.done());
+        REQUIRE(::write(now.b.get(), "z", 1) == 1);
+        const auto give_up = spindle::clock::now() + 5s;
+        while (!reader.done() && spindle::clock::now() < give_up) l.run_once(10ms);
+        REQUIRE(reader.done());
+        for (int i = 0; i < 3; ++i) l.run_once(5ms);
+        CHECK(got == "z");
+        INFO("callbacks after close: " << calls_after_close << ", at the end: " << ctx.calls);
+        CHECK(ctx.calls == calls_after_close);
+        CHECK_FALSE(w.active());
+    }
+    CHECK_FALSE(l.has_work());
+}
+
+TEST_CASE("io: a watcher deferred at construction makes native_handle() readable", "[io][watcher][host]") {
+    loop l;
+    owned_pair p(l, make_socketpair());
+    watch_ctx c1, c2;
+    c1.drain = false;
+    c2.drain = false;
+    spindle::watcher first(l, p.a.get(), spindle::reactor::readable, &on_watch, &c1);  // registers the fd
+    l.run_once(0ns);
+    REQUIRE(::write(p.b.get(), "x", 1) == 1);
+    for (int i = 0; i < 20 && c1.calls == 0; ++i) l.run_once(10ms);
+    REQUIRE(c1.calls == 1);  // the edge was consumed
+    ::pollfd pfd{l.native_handle(), POLLIN, 0};
+    REQUIRE(::poll(&pfd, 1, 0) == 0);  // nothing to do yet
+
+    // Ready already: no edge will come for it, the next poll completes it.
+    spindle::watcher second(l, p.a.get(), spindle::reactor::readable, &on_watch, &c2);
+    CHECK(c2.calls == 0);
+    pfd.revents = 0;
+    const int n = ::poll(&pfd, 1, 500);  // bounded here; a host would wait forever
+    CHECK(n == 1);
+    CHECK((pfd.revents & POLLIN) != 0);
+    l.run_once(0ns);
+    CHECK(c2.calls == 1);
+    CHECK(c1.calls == 1);
+}
+
+TEST_CASE("io: a readable|writable watcher queued behind a read that hits EAGAIN still hears writability", "[io][watcher]") {
+    loop l;
+    owned_pair p(l, make_socketpair());
+    int small = 16 * 1024;
+    REQUIRE(::setsockopt(p.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+    REQUIRE(fill_socket(p.a.get()) > 0u);  // p.a: neither readable nor writable
+    long first = 999, second = 999;
+    auto r1 = l.spawn(read_result(p.a.get(), first));
+    auto r2 = l.spawn(read_result(p.a.get(), second));
+    l.run_once(0ns);  // both reads park on p.a
+    REQUIRE_FALSE(r1.done());
+    REQUIRE_FALSE(r2.done());
+    watch_ctx ctx;
+    ctx.drain = false;
+    spindle::watcher w(l, p.a.get(), spindle::reactor::readable | spindle::reactor::writable, &on_watch, &ctx);
+    for (int i = 0; i < 3; ++i) l.run_once(5ms);
+    REQUIRE(ctx.calls == 0);
+
+    // One edge, readable and writable at once: one byte (the first read takes
+    // it, the second finds EAGAIN) and room to write.
+    drain_fd(p.b.get());
+    REQUIRE(::write(p.b.get(), "x", 1) == 1);
+    for (int i = 0; i < 20 && (ctx.calls == 0 || !r1.done()); ++i) l.run_once(10ms);
+    CHECK(r1.done());
+    CHECK(first == 1);
+    CHECK_FALSE(r2.done());
+    ::pollfd pfd{p.a.get(), POLLOUT, 0};
+    REQUIRE(::poll(&pfd, 1, 0) == 1);  // the socket is writable now
+    CHECK(ctx.calls >= 1);
+    r2.abort();
 }

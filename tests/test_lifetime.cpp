@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -227,6 +228,94 @@ task<int> try_abort_self(self_abort& s) {
 
 task<int> take_result(spindle::join_handle<int>& h) { co_return co_await h; }
 
+// --- a join handle dropped while a task awaits it --------------------------------
+
+struct dropped_join {
+    spindle::join_handle<std::string> handle;
+    std::string got;
+    bool waiter_done = false;
+    bool dropped = false;
+    bool dropped_while_waiting = false;
+    std::vector<spindle::join_handle<std::string>> others;
+};
+
+// Longer than the small-string buffer: the result owns heap memory.
+std::string long_text() { return std::string(64, 'r'); }
+
+task<std::string> text_at(steady::time_point when) {
+    co_await spindle::sleep_until(when);
+    co_return long_text();
+}
+
+task<void> join_text(dropped_join& s) {
+    s.got = co_await s.handle;  // the handle is dropped by another task meanwhile
+    s.waiter_done = true;
+}
+
+task<void> drop_text_handle(dropped_join& s) {
+    co_await spindle::yield();  // the joiner is parked by now
+    s.dropped_while_waiting = !s.waiter_done;
+    s.handle = {};
+    s.dropped = true;
+}
+
+task<std::string> other_text() { co_return "other"; }
+
+task<std::string> take_text(spindle::join_handle<std::string>& h) { co_return co_await h; }
+
+// Wakes in the same timer phase as the joined task, just after it: had the
+// finished task's header been freed (the handle is gone), new tasks' headers
+// and frames would take its memory before the joiner reads its result.
+task<void> spawn_others(steady::time_point when, dropped_join& s) {
+    co_await spindle::sleep_until(when);
+    for (int i = 0; i < 4; ++i) s.others.push_back(spindle::loop::current().spawn(other_text()));
+}
+
+// --- a when_all child that aborts the task awaiting the when_all -----------------
+
+struct aborting_child {
+    spindle::join_handle<int> parent;
+    bool parent_aborted = false;
+    bool killer_went_on = false;
+    bool killer_finished = false;
+    bool parent_passed = false;
+    bool sleeper_passed = false;
+};
+
+task<int> abort_awaiting_parent(aborting_child& s) {
+    co_await spindle::yield();  // the parent is parked in when_all by now
+    s.parent.abort();           // destroys the when_all frame, this task's own join included
+    s.parent_aborted = s.parent.done();
+    s.killer_went_on = true;
+    co_await spindle::yield();  // still a live, schedulable task
+    s.killer_finished = true;
+    co_return 7;  // its result has nowhere in the parent to go any more
+}
+
+task<int> sleep_then_int(bool& passed) {
+    counted c;
+    co_await spindle::sleep_for(1h);
+    passed = true;
+    co_return 1;
+}
+
+task<int> gather_tuple(aborting_child& s) {
+    counted c;
+    auto [a, b] = co_await spindle::when_all(abort_awaiting_parent(s), sleep_then_int(s.sleeper_passed));
+    s.parent_passed = true;
+    co_return a + b;
+}
+
+task<int> gather_vector(aborting_child& s) {
+    counted c;
+    std::vector<task<int>> tasks;
+    tasks.push_back(abort_awaiting_parent(s));
+    tasks.push_back(sleep_then_int(s.sleeper_passed));
+    auto values = co_await spindle::when_all(std::move(tasks));
+    s.parent_passed = true;
+    co_return values.at(0) + values.at(1);
+}
+
 }  // namespace
 
 // -----------------------------------------------------------------------------
@@ -400,4 +489,49 @@ TEST_CASE("a task cannot abort itself", "[lifetime][join]") {
     CHECK(s.threw_logic_error);
     CHECK(s.went_on);
     CHECK(l.block_on(take_result(s.me)) == 7);
+}
+
+TEST_CASE("a join handle dropped by another task while a task awaits it: the awaiter still gets the result", "[lifetime][join]") {
+    spindle::loop l;
+    dropped_join s;
+    const auto when = steady::now() + 5ms;
+    s.handle = l.spawn(text_at(when));       // armed first: wakes first
+    auto others = l.spawn(spawn_others(when, s));
+    auto waiter = l.spawn(join_text(s));
+    auto dropper = l.spawn(drop_text_handle(s));
+    const auto give_up = steady::now() + 5s;
+    while (!waiter.done() && steady::now() < give_up) l.run_once(10ms);
+    REQUIRE(waiter.done());
+    CHECK(s.dropped);
+    CHECK(s.dropped_while_waiting);
+    CHECK(s.waiter_done);
+    CHECK(s.got == long_text());
+    CHECK(s.others.size() == 4u);
+    for (int i = 0; i < 5 && l.has_work(); ++i) l.run_once(10ms);
+    CHECK_FALSE(l.has_work());
+    CHECK(l.task_count() == 0);
+    for (auto& h : s.others) CHECK(l.block_on(take_text(h)) == "other");
+}
+
+TEST_CASE("a when_all child that aborts the task awaiting the when_all: no terminate and the loop goes on", "[lifetime][when_all]") {
+    counted::alive = 0;
+    spindle::loop l;
+    aborting_child s;
+    SECTION("when_all of a tuple") { s.parent = l.spawn(gather_tuple(s)); }
+    SECTION("when_all of a vector") { s.parent = l.spawn(gather_vector(s)); }
+    const auto give_up = steady::now() + 5s;
+    while (l.has_work() && steady::now() < give_up) l.run_once(10ms);
+    CHECK_FALSE(l.has_work());  // the sleeping child was aborted with its parent
+    CHECK(s.parent_aborted);
+    CHECK(s.killer_went_on);
+    CHECK(s.killer_finished);
+    CHECK_FALSE(s.parent_passed);
+    CHECK_FALSE(s.sleeper_passed);
+    CHECK(l.task_count() == 0);
+    CHECK(counted::alive == 0);  // the parent's and the sleeper's frames are gone
+    join_outcome out;
+    spindle::test::run_with_watchdog(l, await_handle(s.parent, out));
+    CHECK(out.code == std::errc::operation_canceled);
+    CHECK_FALSE(out.other_exception);
+    CHECK_FALSE(out.value_returned);
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -417,4 +418,69 @@ TEST_CASE("threads: a loop_thread destroyed with parked tasks destroys their fra
     CHECK(woke.load() == 0);                       // ... without running on
     // Promptly: nowhere near the hour the tasks were sleeping for.
     CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(took).count() < 30'000);
+}
+
+TEST_CASE("threads: a loop returns from run() and is destroyed while another thread releases its last hold", "[threads][hold]") {
+    // The loop may see the work end as soon as the count drops, return and be
+    // destroyed while the releasing thread is still inside ~hold() (or post()).
+    constexpr int rounds = 200;
+    int finished = 0;
+    int timed_out = 0;
+    SECTION("~hold on another thread") {
+        for (int i = 0; i < rounds; ++i) {
+            auto l = std::make_unique<loop>();
+            std::optional<loop::hold> hold(std::in_place, *l);
+            std::atomic<bool> go{false};
+            std::thread releaser([&] {
+                while (!go.load()) std::this_thread::yield();
+                hold.reset();
+            });
+            go = true;
+            const auto give_up = spindle::clock::now() + 10s;
+            bool late = false;
+            while (l->poll()) {
+                if (spindle::clock::now() > give_up) {
+                    late = true;
+                    break;
+                }
+            }
+            if (late) {
+                releaser.join();  // then the loop must outlive it
+                ++timed_out;
+            }
+            l.reset();  // the releaser may still be inside ~hold()
+            if (!late) releaser.join();
+            ++finished;
+        }
+    }
+    SECTION("post() on another thread, whose callback releases the hold") {
+        for (int i = 0; i < rounds; ++i) {
+            auto l = std::make_unique<loop>();
+            std::optional<loop::hold> hold(std::in_place, *l);  // touched on this thread only
+            std::atomic<bool> go{false};
+            loop* target = l.get();
+            std::thread poster([&go, target, &hold] {
+                while (!go.load()) std::this_thread::yield();
+                target->post([&hold] { hold.reset(); });
+            });
+            go = true;
+            const auto give_up = spindle::clock::now() + 10s;
+            bool late = false;
+            while (l->poll()) {
+                if (spindle::clock::now() > give_up) {
+                    late = true;
+                    break;
+                }
+            }
+            if (late) {
+                poster.join();
+                ++timed_out;
+            }
+            l.reset();  // the poster may still be inside post()
+            if (!late) poster.join();
+            ++finished;
+        }
+    }
+    CHECK(finished == rounds);
+    CHECK(timed_out == 0);
 }

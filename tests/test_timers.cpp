@@ -296,6 +296,30 @@ void on_repeat(void* p) {
     if (static_cast<int>(r.times.size()) >= r.limit) r.t->stop();
 }
 
+
+// --- far deadlines --------------------------------------------------------------
+
+struct far_sleep {
+    std::error_code ec;
+    steady::duration elapsed{};
+    bool woke = false;
+};
+
+template <class Rep, class Period>
+task<void> sleep_far(std::chrono::duration<Rep, Period> d, std::stop_token token, far_sleep& s) {
+    const auto t0 = steady::now();
+    s.ec = co_await spindle::sleep_for(d, token);
+    s.elapsed = steady::now() - t0;
+    s.woke = true;
+}
+
+task<void> stop_far_sleeps(std::stop_source& source, std::chrono::milliseconds d, const far_sleep& a,
+                           const far_sleep& b, bool& woke_before_stop) {
+    co_await spindle::sleep_for(d);
+    woke_before_stop = a.woke || b.woke;
+    source.request_stop();
+}
+
 }  // namespace
 
 // -----------------------------------------------------------------------------
@@ -700,4 +724,25 @@ TEST_CASE("a repeating timer skips and counts the ticks missed while the loop wa
         CHECK(r.times[i] < r.due[i] + 15ms);
         CHECK(r.due[i] > r.due[i - 1]);
     }
+}
+
+TEST_CASE("sleep_for(nanoseconds::max()) and sleep_for(hours::max()) last until cancelled", "[timers][cancel]") {
+    spindle::loop l;
+    std::stop_source source;
+    far_sleep ns, hours;
+    bool woke_before_stop = true;
+    auto a = l.spawn(sleep_far(std::chrono::nanoseconds::max(), source.get_token(), ns));
+    auto b = l.spawn(sleep_far(std::chrono::hours::max(), source.get_token(), hours));
+    auto c = l.spawn(stop_far_sleeps(source, 50ms, ns, hours, woke_before_stop));
+    REQUIRE(drain(l, 5s));
+    CHECK_FALSE(woke_before_stop);
+    int index = 0;
+    for (const far_sleep* s : {&ns, &hours}) {
+        INFO((index++ == 0 ? "nanoseconds::max()" : "hours::max()") << ", returned after " << to_us(s->elapsed) << " us");
+        CHECK(s->woke);
+        CHECK(s->ec == std::errc::operation_canceled);
+        CHECK(s->elapsed >= 50ms);
+    }
+    CHECK(l.timers().empty());
+    CHECK_FALSE(l.has_work());
 }
