@@ -263,8 +263,9 @@ loop::hold::~hold() {
 //  4. fire expired timers in (deadline, insertion) order;
 //  5. wake a bounded batch of idle waiters if nothing else is ready.
 void loop::tick(std::chrono::nanoseconds max_wait) {
-    // Inside a tick the loop looks at its posts by itself: posters need not wake it.
-    m_sleeping.store(false, std::memory_order_relaxed);
+    // Inside a tick the loop looks at its posts by itself: posters need not wake
+    // it. (Load first: a store per tick would bounce the line between threads.)
+    if (m_sleeping.load(std::memory_order_relaxed)) m_sleeping.store(false, std::memory_order_relaxed);
     // 1. Swapping the queue out first is what keeps a task that yields in a
     //    loop from running twice in one tick and starving the others.
     m_batch.splice_back(m_ready);

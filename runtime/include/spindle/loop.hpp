@@ -173,7 +173,8 @@ private:
     std::atomic<bool> m_wake_sent{false};
     std::atomic<bool> m_stop{false};
     std::atomic<std::size_t> m_holds{0};
-    std::atomic<std::size_t> m_in_flight{0};  // threads inside post() or ~hold()
+    // Threads inside post() or ~hold(); written by them only, so on a line of its own.
+    alignas(64) std::atomic<std::size_t> m_in_flight{0};
 
     // Watchers whose operation completed in the last poll, dispatched after it.
     detail::intrusive_list<detail::watcher_base> m_watchers;
