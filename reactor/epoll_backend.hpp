@@ -3,7 +3,8 @@
 // tries its syscall first; only on EAGAIN does it wait, on an fd registered
 // once (edge-triggered, for input and output together) the first time it had
 // to wait. Each readiness edge retries the waiting operations of that fd in
-// order until one hits EAGAIN again.
+// order until one hits EAGAIN again; readiness waits queued behind it still
+// hear of the edge.
 
 #include <spindle/reactor/backend.hpp>
 
