@@ -17,6 +17,12 @@ std::string_view to_string(backend_kind kind) noexcept {
     return "unknown";
 }
 
+std::optional<backend_kind> backend_from_string(std::string_view name) noexcept {
+    for (backend_kind k : {backend_kind::automatic, backend_kind::epoll, backend_kind::io_uring, backend_kind::kqueue})
+        if (name == to_string(k)) return k;
+    return std::nullopt;
+}
+
 std::unique_ptr<backend> make_backend(backend_kind kind) {
     switch (kind) {
         case backend_kind::automatic:

@@ -6,6 +6,8 @@
 #include <spindle/watcher.hpp>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 #include <cerrno>
 #include <csignal>
 #include <stdexcept>
@@ -32,6 +34,12 @@ private:
 };
 
 constexpr int max_signal = 64;
+
+// Loops alive in the process, so a descriptor that outlived its loop (a
+// listener bound before the loop and destroyed after it) is closed plainly
+// instead of through a dangling loop.
+std::mutex g_live_mutex;
+std::vector<const loop*> g_live_loops;
 
 }  // namespace
 
@@ -113,9 +121,15 @@ loop::loop(loop_options options) : m_options(options), m_backend(reactor::make_b
     if (m_options.resume_budget == 0) m_options.resume_budget = 1;
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
     m_signal_op.m_owner = this;
+    std::lock_guard lock(g_live_mutex);
+    g_live_loops.push_back(this);
 }
 
 loop::~loop() {
+    {
+        std::lock_guard lock(g_live_mutex);
+        std::erase(g_live_loops, this);
+    }
     // Another thread may still be inside post() or ~hold(), past the point
     // where this loop could see its work: let it leave first (nanoseconds).
     while (m_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
@@ -456,10 +470,18 @@ void loop::on_signal(void* ctx, int signo) {
 void unique_fd::reset() noexcept {
     int fd = std::exchange(m_fd, -1);
     if (fd < 0) return;
-    if (m_loop)
+    if (m_loop && m_loop == t_current) {
         m_loop->close_fd(fd);
-    else
-        ::close(fd);
+        return;
+    }
+    if (m_loop) {
+        std::lock_guard lock(g_live_mutex);
+        if (std::find(g_live_loops.begin(), g_live_loops.end(), m_loop) != g_live_loops.end()) {
+            m_loop->close_fd(fd);
+            return;
+        }
+    }
+    ::close(fd);
 }
 
 watcher::watcher(loop& owner, int fd, std::uint32_t events, callback fn, void* context, mode m) {

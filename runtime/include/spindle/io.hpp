@@ -35,6 +35,7 @@ public:
         m_task = &current_task();
         m_task->m_resume = h;
         m_cancel.arm(m_token, this);
+        park_cancellable(*m_task, this);
     }
     void on_cancel() noexcept { m_loop->io().cancel(*this); }
 
@@ -45,6 +46,7 @@ protected:
         if (pending()) m_loop->io().forget(*this);
     }
     std::int64_t finish() noexcept {
+        unpark(m_task);
         m_cancel.disarm();
         return result;
     }
@@ -180,7 +182,14 @@ public:
     int get() const noexcept { return m_fd; }
     explicit operator bool() const noexcept { return m_fd >= 0; }
     int release() noexcept { return std::exchange(m_fd, -1); }
+    /// Closes the descriptor: through its loop when that loop is still alive
+    /// (pending operations complete with operation_canceled), plainly otherwise.
     void reset() noexcept;
+    loop* owner() const noexcept { return m_loop; }
+    /// A descriptor made outside any loop belongs to the first loop that uses it.
+    void adopt_current_loop() noexcept {
+        if (!m_loop) m_loop = loop::current_or_null();
+    }
 
 private:
     int m_fd = -1;

@@ -29,6 +29,9 @@ public:
     const T& value() const& { check(); return m_value; }
     T&& value() && { check(); return std::move(m_value); }
     T& operator*() & { return value(); }
+    const T& operator*() const& { return value(); }
+    T&& operator*() && { return std::move(*this).value(); }
+    T* operator->() { check(); return &m_value; }
     const T* operator->() const { check(); return &m_value; }
 
 private:
@@ -36,6 +39,29 @@ private:
         if (m_error) throw std::system_error(m_error);
     }
     T m_value{};
+    std::error_code m_error{};
+};
+
+/// A result without a value: success, or an error.
+template <>
+class [[nodiscard]] result<void> {
+public:
+    result() noexcept = default;
+    result(std::error_code error) noexcept : m_error(error) {}
+
+    static result from_syscall(long long v) {
+        if (v < 0) return std::error_code(static_cast<int>(-v), std::system_category());
+        return {};
+    }
+
+    bool has_value() const noexcept { return !m_error; }
+    explicit operator bool() const noexcept { return has_value(); }
+    std::error_code error() const noexcept { return m_error; }
+    void value() const {
+        if (m_error) throw std::system_error(m_error);
+    }
+
+private:
     std::error_code m_error{};
 };
 

@@ -43,9 +43,11 @@ public:
         m_task->m_resume = h;
         m_task->m_loop->add_signal_waiter(*this);
         m_cancel.arm(m_token, this);
+        park_cancellable(*m_task, this);
     }
     /// The signal number, or operation_canceled.
     result<int> await_resume() noexcept {
+        unpark(m_task);
         m_cancel.disarm();
         if (m_cancelled) return cancelled_error();
         return m_signo;

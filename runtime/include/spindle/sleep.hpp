@@ -36,9 +36,11 @@ public:
         m_fire = &on_fire;
         m_loop->timers().insert(*this, m_deadline);
         m_cancel.arm(m_token, this);
+        park_cancellable(*m_task, this);
     }
     /// Empty, or operation_canceled when the token stopped the sleep.
     std::error_code await_resume() noexcept {
+        unpark(m_task);
         m_cancel.disarm();
         return m_cancelled ? cancelled_error() : std::error_code{};
     }

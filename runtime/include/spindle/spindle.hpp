@@ -10,6 +10,7 @@
 #include <spindle/signal.hpp>
 #include <spindle/sleep.hpp>
 #include <spindle/task.hpp>
+#include <spindle/timeout.hpp>
 #include <spindle/timer.hpp>
 #include <spindle/watcher.hpp>
 #include <spindle/when_all.hpp>

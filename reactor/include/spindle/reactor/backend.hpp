@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 namespace spindle::reactor {
@@ -14,6 +15,8 @@ namespace spindle::reactor {
 enum class backend_kind { automatic, epoll, io_uring, kqueue };
 
 std::string_view to_string(backend_kind) noexcept;
+/// The kind named "automatic", "epoll", "io_uring" or "kqueue".
+std::optional<backend_kind> backend_from_string(std::string_view name) noexcept;
 
 class backend {
 public:

@@ -21,6 +21,14 @@ struct all_tag;    // hook in the loop's list of live tasks
 
 enum class task_status : std::uint8_t { running, succeeded, failed, aborted };
 
+/// A region of a task that a deadline can cancel (see with_timeout). Scopes
+/// nest: they form a stack through m_parent, innermost first, living in the
+/// frames of the awaiters that opened them.
+struct cancel_scope {
+    cancel_scope* m_parent = nullptr;
+    bool m_cancelled = false;
+};
+
 struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// The innermost suspended coroutine of this task: what the loop resumes.
     std::coroutine_handle<> m_resume;
@@ -40,6 +48,19 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// Moves the result out of the finished frame, then destroys the frame.
     void (*m_finish)(task_header&) noexcept = nullptr;
     void (*m_delete)(task_header&) noexcept = nullptr;
+    /// The innermost open cancel scope, if any.
+    cancel_scope* m_scope = nullptr;
+    /// How to cancel the wait the task is parked on (a sleep, an I/O, a signal
+    /// wait); cleared when that wait resumes. Cancelling a wait that already
+    /// completed must be a no-op.
+    void (*m_cancel_wait)(void*) noexcept = nullptr;
+    void* m_wait = nullptr;
+
+    bool scope_cancelled() const noexcept {
+        for (const cancel_scope* s = m_scope; s; s = s->m_parent)
+            if (s->m_cancelled) return true;
+        return false;
+    }
 
     list_hook<ready_tag>& ready_hook() noexcept { return *this; }
     list_hook<all_tag>& all_hook() noexcept { return *this; }

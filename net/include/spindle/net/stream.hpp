@@ -1,0 +1,47 @@
+#pragma once
+/// A connected byte stream (TCP or Unix): reads, writes, half-close.
+///
+/// End of stream is a successful read of 0 bytes, never an error; read_exact
+/// reports it as errc::end_of_stream. A reset peer is connection_reset (on a
+/// read) or broken_pipe (on a write); no write raises SIGPIPE.
+
+#include <spindle/net/detail/msg_awaiter.hpp>
+#include <spindle/net/socket.hpp>
+#include <spindle/task.hpp>
+
+#include <span>
+#include <stop_token>
+
+namespace spindle::net {
+
+class stream_socket : public socket_base {
+public:
+    using socket_base::socket_base;
+
+    /// Reads at most buf.size() bytes: the count, 0 at end of stream.
+    [[nodiscard]] auto read_some(std::span<std::byte> buf, std::stop_token token = {}) {
+        return spindle::recv(fd_for_io(), buf, 0, std::move(token));
+    }
+    /// Writes at most buf.size() bytes (a partial write is possible).
+    [[nodiscard]] auto write_some(std::span<const std::byte> buf, std::stop_token token = {}) {
+        return spindle::send(fd_for_io(), buf, 0, std::move(token));
+    }
+    /// One vectored send of at most the buffers' total size.
+    [[nodiscard]] detail::send_msg_awaiter write_some(std::span<const ::iovec> bufs, std::stop_token token = {}) {
+        return {fd_for_io(), bufs, nullptr, std::move(token)};
+    }
+
+    /// Fills `buf` completely, or fails (end_of_stream if the peer closed first;
+    /// what arrived before stays in buf).
+    task<result<void>> read_exact(std::span<std::byte> buf, std::stop_token token = {});
+    /// Writes all of `buf`, across partial writes.
+    task<result<void>> write_all(std::span<const std::byte> buf, std::stop_token token = {});
+    /// Writes all of the buffers, gathered into as few sends as the kernel allows.
+    task<result<void>> write_all(std::span<const ::iovec> bufs, std::stop_token token = {});
+
+    /// Half-close: the peer reads end of stream; this side can still read.
+    result<void> shutdown_write() noexcept;
+    result<address> peer_address() const;
+};
+
+}  // namespace spindle::net

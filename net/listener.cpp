@@ -1,0 +1,65 @@
+#include <spindle/log.hpp>
+#include <spindle/net/listener.hpp>
+#include <spindle/sleep.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <sys/socket.h>
+
+namespace spindle::net::detail {
+
+namespace {
+std::error_code last_error() noexcept { return {errno, std::system_category()}; }
+
+bool out_of_resources(int error) noexcept {
+    return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
+}
+// Failures of the one connection at the head of the queue; the next may succeed.
+bool connection_gone(int error) noexcept { return error == ECONNABORTED || error == EPROTO || error == EINTR; }
+}  // namespace
+
+result<unique_fd> listen_on(const address& at, const listen_options& options) {
+    result<unique_fd> fd = open_socket(at.domain(), SOCK_STREAM);
+    if (!fd) return fd;
+    const int on = 1;
+    const bool ip = at.family() == address_family::ipv4 || at.family() == address_family::ipv6;
+    if (ip && options.reuse_address && ::setsockopt(fd->get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
+        return last_error();
+    if (ip && options.reuse_port && ::setsockopt(fd->get(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0)
+        return last_error();
+    if (::bind(fd->get(), at.native(), at.size()) != 0) return last_error();
+    if (::listen(fd->get(), options.backlog) != 0) return last_error();
+    return fd;
+}
+
+task<result<accepted>> accept_from(int listen_fd, std::stop_token token) {
+    using namespace std::chrono_literals;
+    constexpr auto first_backoff = 1ms;
+    constexpr auto max_backoff = 100ms;
+    auto backoff = std::chrono::milliseconds(first_backoff);
+    bool starved = false;
+    for (;;) {
+        accepted a;
+        ::socklen_t len = address::capacity();
+        result<int> fd = co_await spindle::accept(listen_fd, a.peer.native(), &len, token);
+        if (fd) {
+            if (starved) logger()->info("accept on fd {} recovered", listen_fd);
+            a.peer.set_size(len);
+            a.fd = unique_fd(*fd);
+            co_return a;
+        }
+        const int error = fd.error().value();
+        if (connection_gone(error)) continue;
+        if (!out_of_resources(error)) co_return fd.error();
+        // Out of descriptors: the listening socket stays readable, so trying
+        // again at once would spin. Wait, then try again; the backlog holds
+        // the waiting connections meanwhile.
+        if (!starved) logger()->warn("accept on fd {}: {}; retrying with back-off", listen_fd, fd.error().message());
+        starved = true;
+        if (std::error_code slept = co_await sleep_for(backoff, token)) co_return slept;
+        backoff = std::min<std::chrono::milliseconds>(backoff * 2, max_backoff);
+    }
+}
+
+}  // namespace spindle::net::detail

@@ -1,0 +1,227 @@
+#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/net/error.hpp>
+#include <spindle/net/resolve.hpp>
+
+#include <atomic>
+#include <charconv>
+#include <optional>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <netdb.h>
+#include <thread>
+#include <vector>
+
+namespace spindle::net {
+
+namespace {
+
+class resolve_awaiter;
+
+// One lookup, shared by the awaiting task and the worker running it. The
+// awaiter may go away first (cancelled, or its frame destroyed): it then
+// detaches under the lock, and the worker's answer is dropped.
+struct lookup {
+    std::string host;
+    std::string service;
+    resolve_hints hints;
+
+    std::mutex mutex;
+    loop* owner = nullptr;             // guarded by mutex
+    resolve_awaiter* waiter = nullptr;  // guarded by mutex; touched on the loop thread only otherwise
+
+    // Written by the worker before it posts; read on the loop after the post.
+    std::vector<address> found;
+    std::error_code error;
+};
+
+class resolver_pool {
+public:
+    static resolver_pool& instance() {
+        static resolver_pool pool;
+        return pool;
+    }
+
+    void submit(std::shared_ptr<lookup> job) {
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_workers.empty())
+                for (int i = 0; i < worker_count; ++i) m_workers.emplace_back([this] { work(); });
+            m_jobs.push_back(std::move(job));
+        }
+        m_wake.notify_one();
+    }
+
+    ~resolver_pool() {
+        {
+            std::lock_guard lock(m_mutex);
+            m_stopping = true;
+        }
+        m_wake.notify_all();
+        for (auto& t : m_workers) t.join();
+    }
+
+private:
+    // getaddrinfo is slow only when it goes to the network; two workers keep
+    // one slow lookup from holding up every other.
+    static constexpr int worker_count = 2;
+
+    void work();
+
+    std::mutex m_mutex;
+    std::condition_variable m_wake;
+    std::deque<std::shared_ptr<lookup>> m_jobs;
+    std::vector<std::thread> m_workers;
+    bool m_stopping = false;
+};
+
+void run_lookup(lookup& job) {
+    addrinfo hints{};
+    hints.ai_family = job.hints.family == address_family::ipv4   ? AF_INET
+                      : job.hints.family == address_family::ipv6 ? AF_INET6
+                                                                 : AF_UNSPEC;
+    hints.ai_socktype = job.hints.datagram ? SOCK_DGRAM : SOCK_STREAM;
+    hints.ai_flags = AI_ADDRCONFIG;
+    addrinfo* list = nullptr;
+    int rc = ::getaddrinfo(job.host.c_str(), job.service.empty() ? nullptr : job.service.c_str(), &hints, &list);
+    // AI_ADDRCONFIG hides loopback-only families on a host without other
+    // addresses; ask again without it before giving up.
+    if (rc == EAI_NONAME || rc == EAI_ADDRFAMILY) {
+        hints.ai_flags = 0;
+        rc = ::getaddrinfo(job.host.c_str(), job.service.empty() ? nullptr : job.service.c_str(), &hints, &list);
+    }
+    if (rc == EAI_SYSTEM) {
+        job.error = std::error_code(errno, std::system_category());
+    } else if (rc != 0) {
+        job.error = make_error_code(errc::resolve_failed);
+    } else {
+        for (addrinfo* ai = list; ai; ai = ai->ai_next) {
+            address a = address::from_native(ai->ai_addr, static_cast<socklen_t>(ai->ai_addrlen));
+            bool seen = false;
+            for (const address& b : job.found) seen = seen || a == b;
+            if (!seen) job.found.push_back(a);
+        }
+        ::freeaddrinfo(list);
+        if (job.found.empty()) job.error = make_error_code(errc::resolve_failed);
+    }
+}
+
+class resolve_awaiter {
+public:
+    explicit resolve_awaiter(std::shared_ptr<lookup> job, std::stop_token token) noexcept
+        : m_job(std::move(job)), m_token(std::move(token)) {}
+    resolve_awaiter(const resolve_awaiter&) = delete;
+    resolve_awaiter& operator=(const resolve_awaiter&) = delete;
+    ~resolve_awaiter() { detach(); }
+
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) {
+        m_task = &spindle::detail::current_task();
+        m_task->m_resume = h;
+        if (m_token.stop_requested()) {
+            m_cancelled = true;
+            spindle::detail::schedule(*m_task);
+            return;
+        }
+        {
+            std::lock_guard lock(m_job->mutex);
+            m_job->owner = m_task->m_loop;
+            m_job->waiter = this;
+        }
+        resolver_pool::instance().submit(m_job);
+        m_cancel.arm(m_token, this);
+        spindle::detail::park_cancellable(*m_task, this);
+    }
+    result<std::vector<address>> await_resume() {
+        spindle::detail::unpark(m_task);
+        m_cancel.disarm();
+        if (m_cancelled) return cancelled_error();
+        if (m_job->error) return m_job->error;
+        return std::move(m_job->found);
+    }
+
+    void on_cancel() noexcept {
+        if (m_done || m_cancelled) return;
+        detach();
+        m_cancelled = true;
+        spindle::detail::schedule(*m_task);
+    }
+
+    // On the loop thread, from the worker's post.
+    void on_answer() noexcept {
+        if (m_cancelled) return;
+        m_done = true;
+        spindle::detail::schedule(*m_task);
+    }
+
+private:
+    void detach() noexcept {
+        std::lock_guard lock(m_job->mutex);
+        m_job->waiter = nullptr;
+    }
+
+    std::shared_ptr<lookup> m_job;
+    std::stop_token m_token;
+    spindle::detail::task_header* m_task = nullptr;
+    bool m_done = false;
+    bool m_cancelled = false;
+    spindle::detail::cancel_hook<resolve_awaiter> m_cancel;
+};
+
+void resolver_pool::work() {
+    for (;;) {
+        std::shared_ptr<lookup> job;
+        {
+            std::unique_lock lock(m_mutex);
+            m_wake.wait(lock, [&] { return m_stopping || !m_jobs.empty(); });
+            if (m_jobs.empty()) return;
+            job = std::move(m_jobs.front());
+            m_jobs.pop_front();
+        }
+        {
+            std::lock_guard lock(job->mutex);
+            if (!job->waiter) continue;  // nobody waits any more
+        }
+        run_lookup(*job);
+        // Post while holding the lock: a waiter still attached means its frame,
+        // and so its loop, is alive (a loop destroys parked frames, which
+        // detach under this lock, before it goes).
+        std::lock_guard lock(job->mutex);
+        if (job->waiter) {
+            job->owner->post([job] {
+                resolve_awaiter* w;
+                {
+                    std::lock_guard inner(job->mutex);
+                    w = job->waiter;
+                }
+                if (w) w->on_answer();
+            });
+        }
+    }
+}
+
+std::optional<address> numeric(const std::string& host, const std::string& service, address_family family) {
+    unsigned port = 0;
+    auto [end, ec] = std::from_chars(service.data(), service.data() + service.size(), port);
+    if (service.empty() || ec != std::errc() || end != service.data() + service.size() || port > 65535) return std::nullopt;
+    result<address> a = address::from_ip(host, static_cast<std::uint16_t>(port));
+    if (!a) return std::nullopt;
+    if (family != address_family::none && a->family() != family) return std::nullopt;
+    return *a;
+}
+
+}  // namespace
+
+task<result<std::vector<address>>> resolve(std::string host, std::string service, resolve_hints hints, std::stop_token token) {
+    if (std::optional<address> a = numeric(host, service, hints.family)) co_return std::vector<address>{*a};
+    auto job = std::make_shared<lookup>();
+    job->host = std::move(host);
+    job->service = std::move(service);
+    job->hints = hints;
+    co_return co_await resolve_awaiter(std::move(job), std::move(token));
+}
+
+}  // namespace spindle::net

@@ -1,0 +1,142 @@
+#pragma once
+/// Deadlines on any operation: `co_await with_timeout(200ms, stream.read_some(buf))`.
+///
+/// The operation runs inside a cancel scope of the current task. When the
+/// deadline passes first, the wait the task is parked on inside the operation
+/// (an I/O, a sleep, a signal wait, at any depth of awaited tasks) is cancelled,
+/// later waits in the scope are cancelled as soon as they park, and the
+/// operation's `operation_canceled` result becomes `timed_out`
+/// (std::errc::timed_out, ETIMEDOUT). An operation that completed before the
+/// deadline keeps its result, even if the timer fired in the same tick.
+///
+/// Await the returned object in the expression that creates it: it may refer to
+/// a temporary operation.
+
+#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/result.hpp>
+#include <spindle/sleep.hpp>
+
+#include <chrono>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace spindle {
+
+/// The error an operation gets when its deadline passed first.
+inline std::error_code timed_out_error() noexcept { return std::make_error_code(std::errc::timed_out); }
+
+namespace detail {
+
+template <class T>
+concept has_member_co_await = requires(T&& t) { std::forward<T>(t).operator co_await(); };
+
+template <class T>
+decltype(auto) awaiter_of(T& t) {
+    if constexpr (has_member_co_await<T>)
+        return std::move(t).operator co_await();
+    else
+        return (t);
+}
+
+template <class R>
+R timed_out_instead(R&& r) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::error_code>) {
+        return r == std::errc::operation_canceled ? timed_out_error() : r;
+    } else {
+        if (!r.has_value() && r.error() == std::errc::operation_canceled) return R(timed_out_error());
+        return std::forward<R>(r);
+    }
+}
+
+template <class A>
+class timeout_awaiter : timer_node {
+    using operation_type = std::remove_reference_t<A>;
+    // A temporary that cannot move is referred to; anything else is kept here.
+    using stored_type = std::conditional_t<std::is_lvalue_reference_v<A> || !std::is_move_constructible_v<operation_type>,
+                                           operation_type&, operation_type>;
+    using awaiter_type = decltype(awaiter_of(std::declval<operation_type&>()));
+
+public:
+    timeout_awaiter(std::int64_t deadline_ns, A&& op)
+        : m_deadline(deadline_ns), m_op(static_cast<std::conditional_t<std::is_reference_v<stored_type>, operation_type&, A&&>>(op)), m_awaiter(awaiter_of(m_op)) {}
+    timeout_awaiter(const timeout_awaiter&) = delete;
+    timeout_awaiter& operator=(const timeout_awaiter&) = delete;
+    ~timeout_awaiter() { close_scope(); }
+
+    bool await_ready() {
+        m_task = &current_task();
+        m_scope.m_parent = m_task->m_scope;
+        m_task->m_scope = &m_scope;
+        m_fire = &on_fire;
+        m_task->m_loop->timers().insert(*this, m_deadline);
+        return m_awaiter.await_ready();
+    }
+    template <class H>
+    auto await_suspend(H h) {
+        return m_awaiter.await_suspend(h);
+    }
+    decltype(auto) await_resume() {
+        const bool expired = m_scope.m_cancelled;
+        close_scope();
+        using R = decltype(m_awaiter.await_resume());
+        if constexpr (std::is_void_v<R>) {
+            resume_or_throw(expired);
+        } else if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::error_code> || requires(R r) { r.error(); }) {
+            R r = m_awaiter.await_resume();
+            return expired ? timed_out_instead(std::move(r)) : std::move(r);
+        } else {
+            return resume_or_throw(expired);
+        }
+    }
+
+private:
+    // Operations that report cancellation by throwing std::system_error.
+    decltype(auto) resume_or_throw(bool expired) {
+        try {
+            return m_awaiter.await_resume();
+        } catch (const std::system_error& e) {
+            if (expired && e.code() == std::errc::operation_canceled) throw std::system_error(timed_out_error());
+            throw;
+        }
+    }
+
+    void close_scope() noexcept {
+        if (!m_task) return;
+        if (armed()) m_task->m_loop->timers().cancel(*this);
+        m_task->m_scope = m_scope.m_parent;
+        m_task = nullptr;
+    }
+
+    static void on_fire(timer_node& node) noexcept {
+        auto& self = static_cast<timeout_awaiter&>(node);
+        self.m_scope.m_cancelled = true;
+        // The task can only be parked inside this operation while the scope is
+        // open; a wait that completed already ignores the cancel.
+        task_header& t = *self.m_task;
+        if (t.m_cancel_wait) t.m_cancel_wait(t.m_wait);
+    }
+
+    std::int64_t m_deadline;
+    stored_type m_op;
+    awaiter_type m_awaiter;
+    task_header* m_task = nullptr;
+    cancel_scope m_scope;
+};
+
+}  // namespace detail
+
+/// Runs `op` (an awaitable or a task) with a deadline `d` from now.
+template <class Rep, class Period, class A>
+[[nodiscard]] detail::timeout_awaiter<A> with_timeout(std::chrono::duration<Rep, Period> d, A&& op) {
+    return detail::timeout_awaiter<A>(detail::deadline_after(d), std::forward<A>(op));
+}
+
+/// Runs `op` with the absolute deadline `t` (steady clock).
+template <class A>
+[[nodiscard]] detail::timeout_awaiter<A> with_deadline(clock::time_point t, A&& op) {
+    return detail::timeout_awaiter<A>(detail::to_ns(t), std::forward<A>(op));
+}
+
+}  // namespace spindle
