@@ -50,7 +50,9 @@ apt_update_once() {
 }
 
 # --- 1. packages -------------------------------------------------------------
-packages=(meson ninja-build pkg-config g++ clang libspdlog-dev catch2 liburing-dev)
+# redis-tools (redis-cli, redis-benchmark) and wrk are what the example
+# services are tested against.
+packages=(meson ninja-build pkg-config g++ clang libspdlog-dev catch2 liburing-dev redis-tools wrk)
 
 missing=()
 for pkg in "${packages[@]}"; do

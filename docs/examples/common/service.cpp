@@ -1,0 +1,115 @@
+#include "service.hpp"
+
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace spindle::examples {
+
+namespace {
+
+[[noreturn]] void usage(const service_info& info, std::FILE* out, int status) {
+    std::fprintf(out,
+                 "usage: %.*s [--host ADDRESS] [--port N] [--backend NAME] [--help]\n"
+                 "%.*s\n\n"
+                 "  --host ADDRESS   address to listen on (default 127.0.0.1)\n"
+                 "  --port N         port to listen on (default %u; 0 picks a free one)\n"
+                 "  --backend NAME   automatic, epoll, io_uring or kqueue (default automatic)\n"
+                 "  --help           this text\n"
+                 "%.*s"
+                 "\nStops cleanly on SIGINT or SIGTERM.\n",
+                 static_cast<int>(info.name.size()), info.name.data(), static_cast<int>(info.description.size()),
+                 info.description.data(), static_cast<unsigned>(info.default_port),
+                 static_cast<int>(info.extra_help.size()), info.extra_help.data());
+    std::exit(status);
+}
+
+}  // namespace
+
+service_options parse_service_options(int argc, char** argv, const service_info& info) {
+    // spindle's logger takes the default logger's sinks when first used.
+    spdlog::set_default_logger(spdlog::stderr_color_mt(std::string(info.name)));
+    spdlog::cfg::load_env_levels();
+    service_options options;
+    options.port = info.default_port;
+    for (int i = 1; i < argc; ++i) {
+        std::string_view arg = argv[i];
+        auto value = [&]() -> std::string_view {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
+                usage(info, stderr, 2);
+            }
+            return argv[++i];
+        };
+        if (arg == "--help" || arg == "-h") {
+            usage(info, stdout, 0);
+        } else if (arg == "--host") {
+            options.host = value();
+        } else if (arg == "--port") {
+            std::string_view text = value();
+            unsigned port = 0;
+            auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+            if (ec != std::errc() || end != text.data() + text.size() || port > 65535) {
+                std::fprintf(stderr, "%s: bad port '%.*s'\n", argv[0], static_cast<int>(text.size()), text.data());
+                usage(info, stderr, 2);
+            }
+            options.port = static_cast<std::uint16_t>(port);
+        } else if (arg == "--backend") {
+            std::string_view name = value();
+            auto kind = reactor::backend_from_string(name);
+            if (!kind) {
+                std::fprintf(stderr, "%s: unknown backend '%.*s'\n", argv[0], static_cast<int>(name.size()), name.data());
+                usage(info, stderr, 2);
+            }
+            options.backend = *kind;
+        } else {
+            std::fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[i]);
+            usage(info, stderr, 2);
+        }
+    }
+    return options;
+}
+
+namespace {
+task<void> stop_on(int signo, std::stop_source stop) {
+    result<int> got = co_await wait_signal(signo, stop.get_token());
+    if (got) stop.request_stop();
+}
+}  // namespace
+
+task<void> stop_on_signals(std::stop_source stop) {
+    // Both waits end when either signal stops the source.
+    co_await when_all(stop_on(SIGINT, stop), stop_on(SIGTERM, stop));
+}
+
+void connection_set::spawn(task<void> connection) {
+    const std::uint64_t id = m_next++;
+    m_live.emplace(id, loop::current().spawn(run(std::move(connection), id), "connection"));
+}
+
+task<void> connection_set::run(task<void> connection, std::uint64_t id) {
+    try {
+        co_await std::move(connection);
+    } catch (const std::exception& e) {
+        // One connection's failure never takes the server down.
+        logger()->warn("connection {} failed: {}", id, e.what());
+    }
+    m_live.erase(id);  // drops this task's own handle: it detaches
+}
+
+task<void> connection_set::wait_all() {
+    while (!m_live.empty()) {
+        auto first = m_live.begin();
+        join_handle<void> h = std::move(first->second);
+        m_live.erase(first);
+        co_await std::move(h);
+    }
+}
+
+}  // namespace spindle::examples

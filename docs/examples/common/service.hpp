@@ -1,0 +1,114 @@
+#pragma once
+// What every example service shares: its command line (--host, --port,
+// --backend, --help) and a stop on SIGINT or SIGTERM.
+
+#include <spindle/net.hpp>
+#include <spindle/spindle.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <optional>
+#include <system_error>
+#include <unordered_map>
+
+#include <cstdint>
+#include <stop_token>
+#include <string>
+#include <string_view>
+
+namespace spindle::examples {
+
+struct service_options {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+    reactor::backend_kind backend = reactor::backend_kind::automatic;
+};
+
+struct service_info {
+    std::string_view name;         ///< the program's name, e.g. "spindle-echo"
+    std::string_view description;  ///< one line for --help
+    std::uint16_t default_port;
+    std::string_view extra_help = {};  ///< more lines for --help, if any
+};
+
+/// Parses the command line. --help prints the usage and exits with 0; a bad
+/// argument prints the usage to stderr and exits with 2. Also sends logging
+/// to stderr (stdout is the program's own output; SPDLOG_LEVEL=debug shows more).
+service_options parse_service_options(int argc, char** argv, const service_info& info);
+
+/// Creates a loop with `options` and runs `make_main()` (a task<int>) on it;
+/// its value is the exit status. A backend that cannot start is reported as
+/// status 1, not a crash.
+template <class MakeMain>
+int run_service_loop(const loop_options& options, MakeMain make_main);
+
+/// Resolves once SIGINT or SIGTERM arrives (or `stop` is requested otherwise),
+/// after requesting `stop`. Spawn it; await its handle or ignore it.
+task<void> stop_on_signals(std::stop_source stop);
+
+/// The connections of a server: each runs as its own task; wait_all() waits
+/// for every one still running. A finished connection leaves the set at once.
+class connection_set {
+public:
+    void spawn(task<void> connection);
+    std::size_t size() const noexcept { return m_live.size(); }
+    task<void> wait_all();
+
+private:
+    task<void> run(task<void> connection, std::uint64_t id);
+    std::unordered_map<std::uint64_t, join_handle<void>> m_live;
+    std::uint64_t m_next = 0;
+};
+
+/// A TCP server's life: binds options.host:options.port, prints
+/// "<name> listening on ADDRESS:PORT", runs `handler(stream, stop)` (a
+/// task<void>) for each connection until SIGINT or SIGTERM, then stops
+/// accepting, lets every connection see the stop (their waits complete with
+/// operation_canceled), waits for them all and returns 0. 1 if it cannot bind.
+template <class Handler>
+task<int> run_tcp_service(const service_options& options, std::string_view name, Handler handler) {
+    result<net::address> at = net::address::from_ip(options.host, options.port);
+    if (!at) {
+        std::fprintf(stderr, "%.*s: '%s' is not a numeric address\n", static_cast<int>(name.size()), name.data(), options.host.c_str());
+        co_return 2;
+    }
+    result<net::tcp_listener> listener = net::tcp_listener::bind(*at);
+    if (!listener) {
+        std::fprintf(stderr, "%.*s: cannot listen on %s: %s\n", static_cast<int>(name.size()), name.data(), at->to_string().c_str(),
+                     listener.error().message().c_str());
+        co_return 1;
+    }
+    std::printf("%.*s listening on %s\n", static_cast<int>(name.size()), name.data(), listener->local_address()->to_string().c_str());
+    std::fflush(stdout);
+
+    std::stop_source stop;
+    join_handle<void> signals = loop::current().spawn(stop_on_signals(stop), "signals");
+    connection_set connections;
+    for (;;) {
+        result<net::tcp_stream> stream = co_await listener->accept(stop.get_token());
+        if (!stream) {
+            if (stop.stop_requested()) break;
+            logger()->warn("{}: accept: {}", name, stream.error().message());
+            continue;
+        }
+        connections.spawn(handler(std::move(*stream), stop.get_token()));
+    }
+    listener->close();
+    co_await connections.wait_all();
+    co_await signals;
+    co_return 0;
+}
+
+template <class MakeMain>
+int run_service_loop(const loop_options& options, MakeMain make_main) {
+    std::optional<loop> l;
+    try {
+        l.emplace(options);
+    } catch (const std::system_error& e) {
+        std::fprintf(stderr, "cannot start the loop: %s\n", e.what());
+        return 1;
+    }
+    return l->block_on(make_main());
+}
+
+}  // namespace spindle::examples

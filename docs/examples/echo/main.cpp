@@ -1,0 +1,44 @@
+// spindle-echo: a TCP echo server, one coroutine per connection.
+
+#include "service.hpp"
+
+#include <array>
+
+using namespace spindle;
+using namespace spindle::examples;
+
+namespace {
+
+// In the frame, so a connection costs one allocation and a message none.
+constexpr std::size_t buffer_size = 16 * 1024;
+
+bool cancelled(std::error_code error) noexcept { return error == std::errc::operation_canceled; }
+
+task<void> echo(net::tcp_stream stream, std::stop_token stop) {
+    std::array<std::byte, buffer_size> buffer;
+    (void)stream.set_nodelay(true);
+    for (;;) {
+        // Both calls take the stop token, so shutdown ends a connection parked
+        // in either: a client that never reads cannot hold the server open.
+        result<std::size_t> n = co_await stream.read_some(buffer, stop);
+        if (!n) {
+            if (!cancelled(n.error())) logger()->debug("echo: read: {}", n.error().message());
+            break;
+        }
+        if (*n == 0) break;  // the peer closed
+        if (result<void> w = co_await stream.write_all(std::span(buffer).first(*n), stop); !w) {
+            if (!cancelled(w.error())) logger()->debug("echo: write: {}", w.error().message());
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const service_options options =
+        parse_service_options(argc, argv, {"spindle-echo", "A TCP echo server, one coroutine per connection.", 7007});
+    loop_options lo;
+    lo.backend = options.backend;
+    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-echo", echo); });
+}

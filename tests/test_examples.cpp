@@ -1,0 +1,451 @@
+// The example services as their users meet them: started as processes on
+// loopback, driven by plain sockets and by the real tools (redis-cli,
+// redis-benchmark, wrk), stopped with SIGINT or SIGTERM.
+
+#include "catch.hpp"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <optional>
+#include <poll.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string program(const char* env) {
+    const char* path = std::getenv(env);
+    if (!path) FAIL("the test runner sets " << env << " to the example's path");
+    return path;
+}
+
+bool on_path(const std::string& tool) {
+    std::string cmd = "command -v " + tool + " >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0;
+}
+
+// Reads what `fd` has until `stop` says so, EOF, or the deadline.
+template <class Stop>
+std::string read_until(int fd, std::chrono::steady_clock::time_point deadline, Stop stop) {
+    std::string out;
+    char buf[4096];
+    while (!stop(out)) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) break;
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    return out;
+}
+
+// A child process with its stdout (and stderr) on a pipe.
+class process {
+public:
+    explicit process(std::vector<std::string> argv) {
+        int out[2];
+        REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+        m_pid = ::fork();
+        REQUIRE(m_pid >= 0);
+        if (m_pid == 0) {
+            ::dup2(out[1], STDOUT_FILENO);
+            ::dup2(out[1], STDERR_FILENO);
+            std::vector<char*> args;
+            for (auto& a : argv) args.push_back(a.data());
+            args.push_back(nullptr);
+            ::execvp(args[0], args.data());
+            ::_exit(127);
+        }
+        ::close(out[1]);
+        m_out = out[0];
+    }
+    ~process() {
+        if (m_pid > 0) {
+            ::kill(m_pid, SIGKILL);
+            ::waitpid(m_pid, nullptr, 0);
+        }
+        if (m_out >= 0) ::close(m_out);
+    }
+    process(const process&) = delete;
+    process& operator=(const process&) = delete;
+
+    /// Waits for "... listening on ADDRESS:PORT" and returns the port.
+    std::uint16_t wait_listening() {
+        m_output += read_until(m_out, std::chrono::steady_clock::now() + 10s,
+                               [](const std::string& s) { return s.find('\n') != std::string::npos; });
+        auto at = m_output.find(" listening on 127.0.0.1:");
+        INFO("output: " << m_output);
+        REQUIRE(at != std::string::npos);
+        return static_cast<std::uint16_t>(std::stoi(m_output.substr(m_output.rfind(':') + 1)));
+    }
+
+    /// Sends `signo` and waits (at most 10 s) for the exit; returns the wait status.
+    int stop(int signo) {
+        ::kill(m_pid, signo);
+        return wait(10s);
+    }
+    int wait(std::chrono::seconds limit) {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        int status = 0;
+        while (std::chrono::steady_clock::now() < deadline) {
+            pid_t r = ::waitpid(m_pid, &status, WNOHANG);
+            if (r == m_pid) {
+                m_pid = -1;
+                m_output += read_until(m_out, std::chrono::steady_clock::now() + 1s, [](const std::string&) { return false; });
+                return status;
+            }
+            std::this_thread::sleep_for(10ms);
+        }
+        FAIL("the process did not exit within " << limit.count() << " s; output: " << m_output);
+        return -1;
+    }
+    const std::string& output() const { return m_output; }
+
+private:
+    pid_t m_pid = -1;
+    int m_out = -1;
+    std::string m_output;
+};
+
+struct command_result {
+    int status;
+    std::string output;
+};
+
+command_result run(std::vector<std::string> argv, std::chrono::seconds limit = 60s) {
+    process p(std::move(argv));
+    int status = p.wait(limit);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), p.output()};
+}
+
+bool exited_cleanly(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+// A blocking loopback client with a receive timeout, so a silent server fails
+// the test instead of hanging it.
+class client {
+public:
+    explicit client(std::uint16_t port) {
+        m_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(m_fd >= 0);
+        timeval tv{5, 0};
+        ::setsockopt(m_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    }
+    ~client() { ::close(m_fd); }
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    void send(std::string_view data) {
+        while (!data.empty()) {
+            ssize_t n = ::send(m_fd, data.data(), data.size(), MSG_NOSIGNAL);
+            REQUIRE(n > 0);
+            data.remove_prefix(static_cast<std::size_t>(n));
+        }
+    }
+    /// Everything until the server closes (or 5 s of silence).
+    std::string read_to_end() {
+        std::string out;
+        char buf[4096];
+        for (;;) {
+            ssize_t n = ::recv(m_fd, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            out.append(buf, static_cast<std::size_t>(n));
+        }
+        return out;
+    }
+    /// Exactly `size` bytes.
+    std::string read_exact(std::size_t size) {
+        std::string out;
+        char buf[4096];
+        while (out.size() < size) {
+            ssize_t n = ::recv(m_fd, buf, std::min(sizeof buf, size - out.size()), 0);
+            if (n <= 0) break;
+            out.append(buf, static_cast<std::size_t>(n));
+        }
+        return out;
+    }
+    /// True when the server closed the connection (end of stream or reset).
+    bool closed_by_peer() {
+        char c;
+        ssize_t n = ::recv(m_fd, &c, 1, 0);
+        return n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+
+private:
+    int m_fd = -1;
+};
+
+std::size_t count(const std::string& text, std::string_view what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("every example answers --help with its usage and status 0") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP", "SPINDLE_GAME", "SPINDLE_LOAD"}) {
+        command_result r = run({program(env), "--help"});
+        INFO(env << ": " << r.output);
+        CHECK(r.status == 0);
+        CHECK(r.output.find("usage:") != std::string::npos);
+        CHECK(r.output.find("--port") != std::string::npos);
+        CHECK(r.output.find("--backend") != std::string::npos);
+    }
+}
+
+TEST_CASE("a bad argument is refused with status 2") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP", "SPINDLE_GAME"}) {
+        CHECK(run({program(env), "--port", "70000"}).status == 2);
+        CHECK(run({program(env), "--backend", "select"}).status == 2);
+        CHECK(run({program(env), "--frobnicate"}).status == 2);
+    }
+}
+
+TEST_CASE("every TCP example stops with status 0 on SIGINT and on SIGTERM, with connections open") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP"}) {
+        for (int signo : {SIGINT, SIGTERM}) {
+            INFO(env << " signal " << signo);
+            process server({program(env), "--port", "0"});
+            std::uint16_t port = server.wait_listening();
+            client idle(port);
+            client other(port);
+            std::this_thread::sleep_for(50ms);  // let the server accept them
+            int status = server.stop(signo);
+            INFO("output: " << server.output());
+            CHECK(exited_cleanly(status));
+            CHECK(idle.closed_by_peer());
+            CHECK(other.closed_by_peer());
+        }
+    }
+}
+
+TEST_CASE("spindle-echo echoes every byte to many clients at once") {
+    process server({program("SPINDLE_ECHO"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    command_result load = run({program("SPINDLE_LOAD"), "--mode", "echo", "--port", std::to_string(port), "--connections", "100",
+                               "--size", "1000", "--depth", "4", "--duration", "1"});
+    INFO(load.output);
+    CHECK(load.status == 0);
+    CHECK(load.output.find(" 0 errors") != std::string::npos);
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-http answers keep-alive, pipelined and bad requests") {
+    process server({program("SPINDLE_HTTP"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    const std::string ok = "HTTP/1.1 200 OK\r\n";
+
+    SECTION("three pipelined requests in one write get three responses, in order") {
+        client c(port);
+        c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /missing HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        std::string all = c.read_to_end();
+        CHECK(count(all, "HTTP/1.1 ") == 3);
+        CHECK(all.starts_with(ok));
+        CHECK(all.find("HTTP/1.1 404") != std::string::npos);
+        CHECK(all.find("HTTP/1.1 404") < all.rfind(ok));
+        CHECK(count(all, "Hello, World!") == 2);
+        CHECK(all.find("Content-Length: 13\r\n") != std::string::npos);
+    }
+    SECTION("a kept-alive connection serves requests one after another") {
+        client c(port);
+        for (int i = 0; i < 100; ++i) {
+            c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+            std::string head = c.read_exact(ok.size());
+            REQUIRE(head == ok);
+            // The rest of the response: headers and the 13-byte body.
+            std::string rest;
+            while (!rest.ends_with("Hello, World!")) {
+                std::string more = c.read_exact(1);
+                REQUIRE(more.size() == 1);
+                rest += more;
+            }
+        }
+    }
+    SECTION("a request split across many writes is answered once") {
+        client c(port);
+        const std::string request = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        for (char ch : request) {
+            c.send(std::string_view(&ch, 1));
+            std::this_thread::sleep_for(1ms);
+        }
+        std::string all = c.read_to_end();
+        CHECK(all.starts_with(ok));
+        CHECK(count(all, "HTTP/1.1 ") == 1);
+    }
+    SECTION("a malformed request gets 400 and the connection is closed") {
+        client c(port);
+        c.send("THIS IS NOT HTTP\r\n\r\n");
+        std::string all = c.read_to_end();
+        CHECK(all.starts_with("HTTP/1.1 400 "));
+        CHECK(all.find("Connection: close\r\n") != std::string::npos);
+    }
+    SECTION("a head over 8 KiB gets 431 and the connection is closed") {
+        client c(port);
+        c.send("GET / HTTP/1.1\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n");
+        std::string all = c.read_to_end();
+        CHECK(all.starts_with("HTTP/1.1 431 "));
+    }
+    SECTION("responses before a bad request in the same batch are still sent") {
+        client c(port);
+        c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nBad Header\r\n\r\n");
+        std::string all = c.read_to_end();
+        CHECK(all.starts_with(ok));
+        CHECK(all.find("HTTP/1.1 400 ") != std::string::npos);
+    }
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-http holds up under wrk with 100 connections") {
+    if (!on_path("wrk")) {
+        WARN("wrk is not installed (./setup.sh installs it): skipped");
+        return;
+    }
+    process server({program("SPINDLE_HTTP"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    command_result r = run({"wrk", "-t", "2", "-c", "100", "-d", "2s", "http://127.0.0.1:" + std::to_string(port) + "/"});
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("Requests/sec:") != std::string::npos);
+    CHECK(r.output.find("Socket errors") == std::string::npos);
+    CHECK(r.output.find("Non-2xx") == std::string::npos);
+    // It still serves after the load.
+    client c(port);
+    c.send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(c.read_to_end().starts_with("HTTP/1.1 200 OK\r\n"));
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-http under spindle-load with pipelining: every response verified") {
+    process server({program("SPINDLE_HTTP"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    command_result r = run({program("SPINDLE_LOAD"), "--mode", "http", "--port", std::to_string(port), "--connections", "20",
+                            "--depth", "16", "--duration", "1"});
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find(" 0 errors") != std::string::npos);
+    CHECK(exited_cleanly(server.stop(SIGINT)));
+}
+
+TEST_CASE("spindle-resp works with redis-cli and redis-benchmark") {
+    if (!on_path("redis-cli") || !on_path("redis-benchmark")) {
+        WARN("redis-tools is not installed (./setup.sh installs it): skipped");
+        return;
+    }
+    process server({program("SPINDLE_RESP"), "--port", "0"});
+    const std::string port = std::to_string(server.wait_listening());
+    auto cli = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv{"redis-cli", "-h", "127.0.0.1", "-p", port};
+        argv.insert(argv.end(), args.begin(), args.end());
+        command_result r = run(argv, 20s);
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+        return r.output;
+    };
+
+    CHECK(cli({"PING"}) == "PONG\n");
+    CHECK(cli({"ECHO", "hello world"}) == "hello world\n");
+    CHECK(cli({"SET", "greeting", "hello"}) == "OK\n");
+    CHECK(cli({"GET", "greeting"}) == "hello\n");
+    CHECK(cli({"EXISTS", "greeting", "nothing"}) == "1\n");
+    CHECK(cli({"INCR", "counter"}) == "1\n");
+    CHECK(cli({"INCR", "counter"}) == "2\n");
+    CHECK(cli({"INCR", "greeting"}).find("ERR value is not an integer") != std::string::npos);
+    CHECK(cli({"DEL", "greeting", "counter", "nothing"}) == "2\n");
+    CHECK(cli({"GET", "greeting"}) == "\n");  // nil prints as an empty line when not on a tty
+    CHECK(cli({"NOSUCHCOMMAND"}).find("ERR unknown command") != std::string::npos);
+
+    command_result bench = run({"redis-benchmark", "-h", "127.0.0.1", "-p", port, "-n", "10000", "-c", "20", "-P", "4", "-q", "-t",
+                                "ping,set,get,incr"},
+                               120s);
+    INFO(bench.output);
+    CHECK(bench.status == 0);
+    for (const char* name : {"PING_INLINE", "PING_MBULK", "SET", "GET", "INCR"}) {
+        INFO(name);
+        CHECK(bench.output.find(std::string(name) + ": ") != std::string::npos);
+    }
+    CHECK(bench.output.find("requests per second") != std::string::npos);
+    CHECK(bench.output.find("rror") == std::string::npos);
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-resp answers a protocol error with -ERR and closes") {
+    process server({program("SPINDLE_RESP"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    client c(port);
+    c.send("*1\r\n$4\r\nPING\r\n*1\r\nx3\r\nPING\r\n");
+    std::string all = c.read_to_end();
+    CHECK(all.starts_with("+PONG\r\n-ERR Protocol error"));
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+namespace {
+
+std::uint64_t big_endian(const unsigned char* p, int bytes) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | p[i];
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("spindle-game sends a joined client one snapshot per frame and prints its statistics") {
+    process server({program("SPINDLE_GAME"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    timeval tv{2, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::send(fd, "join", 4, 0) == 4);
+
+    // 30 snapshots: about half a second at 60 Hz.
+    std::uint64_t first_frame = 0, last_frame = 0;
+    for (int i = 0; i < 30; ++i) {
+        unsigned char snap[64];
+        ssize_t n = ::recv(fd, snap, sizeof snap, 0);
+        REQUIRE(n == 16);
+        const std::uint64_t frame = big_endian(snap, 8);
+        CHECK(big_endian(snap + 8, 4) == 1);   // one client joined
+        CHECK(big_endian(snap + 12, 4) == 1);  // and it is us, the first
+        if (i == 0) first_frame = frame;
+        else CHECK(frame > last_frame);
+        last_frame = frame;
+    }
+    // Frames are consecutive unless the machine is so loaded that a frame's
+    // snapshot was dropped as stale; most of them arrive.
+    CHECK(last_frame - first_frame >= 29);
+    CHECK(last_frame - first_frame < 60);
+
+    REQUIRE(::send(fd, "bye", 3, 0) == 3);
+    ::close(fd);
+    int status = server.stop(SIGTERM);
+    INFO(server.output());
+    CHECK(exited_cleanly(status));
+    CHECK(server.output().find("spindle-game stats: frames=") != std::string::npos);
+    CHECK(server.output().find(" p99_us=") != std::string::npos);
+}
