@@ -31,7 +31,8 @@ unix_listener& unix_listener::operator=(unix_listener&& other) noexcept {
 }
 
 unix_listener::~unix_listener() {
-    if (!m_path.empty() && is_open()) ::unlink(m_path.c_str());
+    // The path is emptied when moved from, so only the last owner unlinks.
+    if (!m_path.empty()) ::unlink(m_path.c_str());
 }
 
 result<unix_listener> unix_listener::bind(const address& path, const listen_options& options) {

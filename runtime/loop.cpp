@@ -35,6 +35,10 @@ private:
 
 constexpr int max_signal = 64;
 
+std::int64_t steady_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count();
+}
+
 // Loops alive in the process, so a descriptor that outlived its loop (a
 // listener bound before the loop and destroyed after it) is closed plainly
 // instead of through a dangling loop.
@@ -68,6 +72,10 @@ void release_task(task_header& task) noexcept {
 }
 
 void abort_task(task_header& task) { task.m_loop->abort_task(task); }
+
+void cancel_task(task_header& task) noexcept { task.m_loop->cancel_task(task); }
+
+std::int64_t recent_time(const task_header& task) noexcept { return task.m_loop->recent_ns(); }
 
 void log_unobserved_failure(const task_header& task) noexcept {
     try {
@@ -121,6 +129,9 @@ loop::loop(loop_options options) : m_options(options), m_backend(reactor::make_b
     if (m_options.resume_budget == 0) m_options.resume_budget = 1;
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
     m_signal_op.m_owner = this;
+    // The virtual clock starts at the real one, so deadlines computed before
+    // the loop existed still make sense.
+    m_recent_ns = m_virtual_ns = steady_ns();
     std::lock_guard lock(g_live_mutex);
     g_live_loops.push_back(this);
 }
@@ -300,7 +311,16 @@ void loop::tick(std::chrono::nanoseconds max_wait) {
     const bool busy = !m_ready.empty();
     if (busy && m_ticks_since_poll < m_options.event_interval && m_resumes_since_poll < m_options.resume_budget)
         return;
-    poll_os(poll_timeout(max_wait));
+    const std::chrono::nanoseconds timeout = poll_timeout(max_wait);
+    if (m_options.virtual_time && timeout != std::chrono::nanoseconds::zero()) {
+        // Instead of sleeping until the next deadline, look at the OS without
+        // waiting and, if nothing is ready, move the clock to the deadline.
+        if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && m_fired.empty() &&
+            m_posted.load(std::memory_order_acquire) == m_posts_run)
+            advance_virtual_time();
+    } else {
+        poll_os(timeout);
+    }
     m_ticks_since_poll = 0;
     m_resumes_since_poll = 0;
     dispatch_watchers();
@@ -330,16 +350,88 @@ std::chrono::nanoseconds loop::poll_timeout(std::chrono::nanoseconds max_wait) {
     return std::min(until, max_wait);
 }
 
-void loop::poll_os(std::chrono::nanoseconds timeout) {
+void loop::advance_virtual_time() noexcept {
+    const std::int64_t deadline = m_timers.next_deadline();
+    if (deadline == detail::timer_queue::no_deadline) {
+        // Nothing waits on time: only the OS (or another thread) can make
+        // progress, so wait for it for real.
+        poll_os(std::chrono::nanoseconds(-1));
+        return;
+    }
+    m_virtual_ns = std::max(m_virtual_ns, deadline);
+    m_recent_ns = m_virtual_ns;
+}
+
+std::int64_t loop::now_ns() noexcept {
+    if (const loop* l = t_current; l && l->m_options.virtual_time) return l->m_virtual_ns;
+    return steady_ns();
+}
+
+void loop::cancel_task(detail::task_header& t) noexcept {
+    if (t.m_status != detail::task_status::running) return;
+    t.m_cancel_requested = true;
+    // A task parked on a wait that can be cancelled is woken now; one that is
+    // ready or running meets the request at its next wait.
+    if (&t != m_running && t.m_wait_info && t.m_wait_info->cancel) t.m_wait_info->cancel(t.m_wait);
+}
+
+std::vector<task_info> loop::tasks() const {
+    std::vector<task_info> out;
+    out.reserve(m_task_count);
+    const std::int64_t now = m_recent_ns;
+    m_all.for_each([&](const detail::task_header& t) {
+        task_info info;
+        info.id = t.m_id;
+        info.name = t.m_name;
+        if (&t == m_running) {
+            info.state = task_info::state_kind::running;
+        } else if (t.m_wait_info && !t.ready_hook().is_linked()) {
+            info.state = task_info::state_kind::parked;
+            t.m_wait_info->describe(t.m_wait, info.waiting_on);
+            info.parked_for = std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t.m_parked_at));
+        } else if (!t.ready_hook().is_linked()) {
+            // Parked on a wait that does not say what it is.
+            info.state = task_info::state_kind::parked;
+            info.waiting_on = "an unnamed wait";
+        }
+        out.push_back(std::move(info));
+    });
+    return out;
+}
+
+std::string loop::dump_tasks() const {
+    std::string text;
+    std::vector<task_info> all = tasks();
+    text += std::to_string(all.size()) + (all.size() == 1 ? " task\n" : " tasks\n");
+    for (const task_info& t : all) {
+        text += "  task " + std::to_string(t.id);
+        if (!t.name.empty()) text += " '" + t.name + "'";
+        switch (t.state) {
+            case task_info::state_kind::running: text += ": running\n"; break;
+            case task_info::state_kind::ready: text += ": ready\n"; break;
+            case task_info::state_kind::parked: {
+                const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.parked_for).count();
+                text += ": waiting on " + t.waiting_on + " for " + std::to_string(ms) + " ms\n";
+                break;
+            }
+        }
+    }
+    return text;
+}
+
+int loop::poll_os(std::chrono::nanoseconds timeout) {
     if (timeout != std::chrono::nanoseconds::zero()) {
         // Announce the sleep, then look at the post queue once more: a poster
         // either saw the flag (and wakes us) or we see its node here.
         m_sleeping.store(true, std::memory_order_seq_cst);
         if (!m_posts.empty()) timeout = std::chrono::nanoseconds::zero();
     }
-    m_backend->poll(timeout);
+    const int completed = m_backend->poll(timeout);
     m_sleeping.store(false, std::memory_order_relaxed);
     m_wake_sent.store(false, std::memory_order_relaxed);
+    // The one clock read a poll costs; parked tasks are stamped with it.
+    m_recent_ns = m_options.virtual_time ? m_virtual_ns : steady_ns();
+    return completed;
 }
 
 void loop::run_posts() {
@@ -505,5 +597,25 @@ watcher::watcher(loop& owner, int fd, std::uint32_t events, callback fn, void* c
 void watcher::stop() noexcept {
     if (m_loop) m_loop->remove_watcher(*this);
 }
+
+namespace detail {
+
+void io_awaiter_base::describe(std::string& out) const {
+    static constexpr const char* names[] = {"read", "write", "readv", "writev", "recv", "send",
+                                            "recvmsg", "sendmsg", "accept", "connect", "poll"};
+    const auto code = static_cast<std::size_t>(this->code);
+    out += code < std::size(names) ? names[code] : "I/O";
+    out += " on fd ";
+    out += std::to_string(fd);
+}
+
+void sleep_awaiter::describe(std::string& out) const {
+    const std::int64_t left = m_loop ? m_deadline - m_loop->recent_ns() : 0;
+    out += "sleep, due in ";
+    out += std::to_string(std::max<std::int64_t>(0, left) / 1'000'000);
+    out += " ms";
+}
+
+}  // namespace detail
 
 }  // namespace spindle

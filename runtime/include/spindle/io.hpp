@@ -38,6 +38,7 @@ public:
         park_cancellable(*m_task, this);
     }
     void on_cancel() noexcept { m_loop->io().cancel(*this); }
+    void describe(std::string& out) const;
 
 protected:
     explicit io_awaiter_base(std::stop_token token) noexcept : m_token(std::move(token)) {}

@@ -2,6 +2,7 @@
 /// join_handle<T>: what spawn returns. co_await it for the task's result (its
 /// exception is rethrown); drop it to detach the task, which then runs on.
 
+#include <spindle/detail/cancel_hook.hpp>
 #include <spindle/result.hpp>
 #include <spindle/task.hpp>
 
@@ -89,6 +90,14 @@ public:
         if (m_task) detail::abort_task(*m_task);
     }
 
+    /// Asks the task to stop: the wait it is parked on (I/O, sleep, signal,
+    /// lock, channel...) and every later one complete with operation_canceled,
+    /// so the task unwinds through its own code and finishes; await the handle
+    /// to know when. Unlike abort(), the task's own cleanup runs. No-op once done.
+    void cancel() noexcept {
+        if (m_task) detail::cancel_task(*m_task);
+    }
+
     /// Lets the task run on alone.
     void detach() noexcept {
         if (!m_task) return;
@@ -119,12 +128,14 @@ public:
             me.m_resume = h;
             m_task->m_joiner = &me;
             m_waiting = &me;
+            detail::park_uncancellable(me, this);
             // While parked, the handle may be dropped by another task: hold the
             // header ourselves so the result is still there when we resume.
             ++m_task->m_refs;
             m_parked = true;
         }
         T await_resume() {
+            detail::unpark(m_waiting);
             m_waiting = nullptr;
             switch (m_task->m_status) {
                 case detail::task_status::failed:
@@ -138,6 +149,12 @@ public:
             } else if constexpr (!std::is_void_v<T>) {
                 return std::move(*m_task->m_value);
             }
+        }
+
+        void describe(std::string& out) const {
+            out += "join of task ";
+            out += std::to_string(m_task->m_id);
+            if (!m_task->m_name.empty()) out += " (" + m_task->m_name + ")";
         }
 
     private:

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -44,6 +45,23 @@ struct loop_options {
     /// when timers are dense; zero wakes for each deadline exactly. The default
     /// matches the timer slack Linux already applies to a normal thread's sleeps.
     std::chrono::nanoseconds timer_slack = std::chrono::microseconds(50);
+    /// Virtual time, for tests: the loop's clock stands still while any task
+    /// can run, and jumps straight to the next deadline when every task waits
+    /// on time. I/O still works: the OS is polled without blocking first, and
+    /// only when nothing is ready does time jump; with no deadline at all the
+    /// loop waits for I/O for real. Read the time with loop::now().
+    bool virtual_time = false;
+};
+
+/// One task, as the dump of a loop's tasks shows it.
+struct task_info {
+    std::uint64_t id = 0;
+    std::string name;
+    enum class state_kind { ready, parked, running } state = state_kind::ready;
+    /// What a parked task waits on: "sleep, due in 12 ms", "recv on fd 7", ...
+    std::string waiting_on;
+    /// How long it has been parked (as of the loop's last look at the clock).
+    std::chrono::nanoseconds parked_for{0};
 };
 
 namespace detail {
@@ -99,6 +117,17 @@ public:
     backend_kind backend() const noexcept { return m_backend->kind(); }
     const loop_options& options() const noexcept { return m_options; }
 
+    /// The time as the running loop sees it: the steady clock, or the loop's
+    /// virtual clock under loop_options::virtual_time. Outside any loop, the
+    /// steady clock.
+    static clock::time_point now() noexcept { return clock::time_point(std::chrono::nanoseconds(now_ns())); }
+
+    /// Every live task, parked ones with what they wait on and for how long:
+    /// the way to see why a service hangs. Costs nothing until called.
+    std::vector<task_info> tasks() const;
+    /// The same as text, one task per line.
+    std::string dump_tasks() const;
+
     /// Completes every pending operation on `fd` with operation_canceled, then
     /// closes it. Use it (or unique_fd) for descriptors the loop has seen.
     void close_fd(int fd) noexcept;
@@ -122,9 +151,11 @@ public:
     detail::timer_queue& timers() noexcept { return m_timers; }
     detail::task_header* running_task() const noexcept { return m_running; }
     void schedule(detail::task_header& t) noexcept;
-    static std::int64_t now_ns() noexcept {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count();
-    }
+    /// The current loop's time in ns (virtual under virtual_time), else the steady clock's.
+    static std::int64_t now_ns() noexcept;
+    /// This loop's time as of its last look at the clock.
+    std::int64_t recent_ns() const noexcept { return m_recent_ns; }
+    void cancel_task(detail::task_header& t) noexcept;
     void add_signal_waiter(detail::signal_waiter& w);
     void add_idle_waiter(detail::idle_waiter& w) noexcept;
     void add_watcher(detail::watcher_base& w) noexcept;
@@ -140,7 +171,8 @@ private:
     void tick(std::chrono::nanoseconds max_wait);
     void run_until_done(const detail::task_header& t);
     void run_posts();
-    void poll_os(std::chrono::nanoseconds timeout);
+    int poll_os(std::chrono::nanoseconds timeout);
+    void advance_virtual_time() noexcept;
     void dispatch_watchers();
     void wake_idle_waiters() noexcept;
     void register_task(detail::task_header& t, std::coroutine_handle<> frame);
@@ -161,6 +193,8 @@ private:
     const detail::task_header* m_awaited = nullptr;  // block_on's task
     std::size_t m_task_count = 0;
     std::uint64_t m_next_task_id = 1;
+    std::int64_t m_recent_ns = 0;   // the clock at the last poll
+    std::int64_t m_virtual_ns = 0;  // virtual_time: the loop's clock
     unsigned m_ticks_since_poll = 0;
     unsigned m_resumes_since_poll = 0;
     bool m_closing = false;

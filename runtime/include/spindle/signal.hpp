@@ -52,6 +52,10 @@ public:
         if (m_cancelled) return cancelled_error();
         return m_signo;
     }
+    void describe(std::string& out) const {
+        out += "signal ";
+        out += std::to_string(m_signo);
+    }
     void on_cancel() noexcept {
         if (!is_linked()) return;
         unlink();

@@ -45,6 +45,7 @@ public:
         return m_cancelled ? cancelled_error() : std::error_code{};
     }
 
+    void describe(std::string& out) const;
     void on_cancel() noexcept {
         if (!armed()) return;
         m_loop->timers().cancel(*this);
@@ -91,8 +92,10 @@ public:
         m_task = &current_task();
         m_task->m_resume = h;
         m_task->m_loop->add_idle_waiter(*this);
+        park_uncancellable(*m_task, this);
     }
-    void await_resume() const noexcept {}
+    void describe(std::string& out) const { out += "idle"; }
+    void await_resume() const noexcept { unpark(m_task); }
 };
 
 inline std::int64_t to_ns(clock::time_point t) noexcept {

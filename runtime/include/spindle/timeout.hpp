@@ -105,7 +105,14 @@ private:
     void close_scope() noexcept {
         if (!m_task) return;
         if (armed()) m_task->m_loop->timers().cancel(*this);
-        m_task->m_scope = m_scope.m_parent;
+        // Unlink this scope wherever it is in the chain: scopes do not always
+        // close innermost first. with_timeout(a, with_timeout(b, op)) closes the
+        // outer scope before it resumes the inner awaiter, and a destroyed frame
+        // destroys an outer awaiter before the inner ones it holds; restoring
+        // m_parent blindly would then leave the task pointing at a dead scope.
+        detail::cancel_scope** link = &m_task->m_scope;
+        while (*link && *link != &m_scope) link = &(*link)->m_parent;
+        if (*link) *link = m_scope.m_parent;
         m_task = nullptr;
     }
 
@@ -115,7 +122,7 @@ private:
         // The task can only be parked inside this operation while the scope is
         // open; a wait that completed already ignores the cancel.
         task_header& t = *self.m_task;
-        if (t.m_cancel_wait) t.m_cancel_wait(t.m_wait);
+        if (t.m_wait_info && t.m_wait_info->cancel) t.m_wait_info->cancel(t.m_wait);
     }
 
     std::int64_t m_deadline;

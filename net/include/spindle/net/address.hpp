@@ -36,7 +36,8 @@ public:
     /// The port of an IP address; 0 for others.
     std::uint16_t port() const noexcept;
     void set_port(std::uint16_t port) noexcept;
-    /// The path of a Unix address ("@name" for an abstract one).
+    /// The path of a Unix address. An abstract name comes as the kernel holds
+    /// it, a NUL first ("\0name"); to_string() shows it as "unix:@name".
     std::string_view unix_path() const noexcept;
     bool is_loopback() const noexcept;
 

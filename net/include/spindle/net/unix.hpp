@@ -21,9 +21,11 @@ public:
 class unix_listener : public socket_base {
 public:
     unix_listener() noexcept = default;
-    unix_listener(unix_listener&& other) noexcept = default;
+    unix_listener(unix_listener&& other) noexcept
+        : socket_base(std::move(other)), m_path(std::exchange(other.m_path, {})) {}
     unix_listener& operator=(unix_listener&& other) noexcept;
-    /// Closes, and removes the socket file this listener created.
+    /// Closes, and removes the socket file this listener created (also when
+    /// close() was called first).
     ~unix_listener();
 
     /// Binds to a filesystem path (which must not exist yet) or an abstract

@@ -6,6 +6,7 @@
 #include <spindle/detail/task_header.hpp>
 
 #include <optional>
+#include <string>
 #include <stop_token>
 
 namespace spindle::detail {
@@ -26,18 +27,54 @@ private:
     std::optional<std::stop_callback<fire>> m_callback;
 };
 
+template <class Awaiter>
+concept describable = requires(const Awaiter& a, std::string& out) { a.describe(out); };
+
+template <class Awaiter>
+inline constexpr wait_info wait_info_of{
+    [](void* p) noexcept { static_cast<Awaiter*>(p)->on_cancel(); },
+    [](const void* p, std::string& out) {
+        if constexpr (describable<Awaiter>)
+            static_cast<const Awaiter*>(p)->describe(out);
+        else
+            out += "a wait";
+    },
+};
+
+template <class Awaiter>
+inline constexpr wait_info uncancellable_wait_info_of{
+    nullptr,
+    [](const void* p, std::string& out) {
+        if constexpr (describable<Awaiter>)
+            static_cast<const Awaiter*>(p)->describe(out);
+        else
+            out += "a wait";
+    },
+};
+
 /// Records `self` as the wait `task` is parked on, so a cancel scope that
-/// expires (with_timeout) can cancel it; cancels at once if a scope already
-/// expired. Call at the end of await_suspend, once the wait is fully armed.
+/// expires (with_timeout) or join_handle::cancel() can cancel it, and the
+/// dump of parked tasks can name it; cancels at once if the task is already
+/// cancelled. Call at the end of await_suspend, once the wait is fully armed.
+/// `Awaiter` needs on_cancel() and may have describe(std::string&) const.
 template <class Awaiter>
 void park_cancellable(task_header& task, Awaiter* self) noexcept {
-    task.m_cancel_wait = [](void* p) noexcept { static_cast<Awaiter*>(p)->on_cancel(); };
+    task.m_wait_info = &wait_info_of<Awaiter>;
     task.m_wait = self;
-    if (task.m_scope && task.scope_cancelled()) self->on_cancel();
+    task.m_parked_at = recent_time(task);
+    if ((task.m_scope || task.m_cancel_requested) && task.scope_cancelled()) self->on_cancel();
+}
+
+/// For waits that cannot be cancelled (a join, idle): only named in the dump.
+template <class Awaiter>
+void park_uncancellable(task_header& task, const Awaiter* self) noexcept {
+    task.m_wait_info = &uncancellable_wait_info_of<Awaiter>;
+    task.m_wait = const_cast<Awaiter*>(self);
+    task.m_parked_at = recent_time(task);
 }
 
 inline void unpark(task_header* task) noexcept {
-    if (task) task->m_cancel_wait = nullptr;
+    if (task) task->m_wait_info = nullptr;
 }
 
 }  // namespace spindle::detail

@@ -70,6 +70,10 @@ public:
     void for_each(F&& f) {
         for (hook* h = m_head.m_next; h != &m_head; h = h->m_next) f(*static_cast<T*>(h));
     }
+    template <class F>
+    void for_each(F&& f) const {
+        for (const hook* h = m_head.m_next; h != &m_head; h = h->m_next) f(*static_cast<const T*>(h));
+    }
 
 private:
     hook m_head;

@@ -29,6 +29,16 @@ struct cancel_scope {
     bool m_cancelled = false;
 };
 
+/// What the loop may do with the wait a task is parked on: one static table
+/// per awaiter type, so a park costs two pointer stores.
+struct wait_info {
+    /// Cancels the wait (it completes with operation_canceled); null when the
+    /// wait cannot be cancelled. Must be a no-op once the wait completed.
+    void (*cancel)(void* awaiter) noexcept;
+    /// Appends what the task waits on, for the dump of parked tasks.
+    void (*describe)(const void* awaiter, std::string& out);
+};
+
 struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// The innermost suspended coroutine of this task: what the loop resumes.
     std::coroutine_handle<> m_resume;
@@ -50,19 +60,23 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     void (*m_delete)(task_header&) noexcept = nullptr;
     /// The innermost open cancel scope, if any.
     cancel_scope* m_scope = nullptr;
-    /// How to cancel the wait the task is parked on (a sleep, an I/O, a signal
-    /// wait); cleared when that wait resumes. Cancelling a wait that already
-    /// completed must be a no-op.
-    void (*m_cancel_wait)(void*) noexcept = nullptr;
+    /// The wait the task is parked on (a sleep, an I/O, a signal, a lock...)
+    /// and since when (loop time, ns); cleared when that wait resumes.
+    const wait_info* m_wait_info = nullptr;
     void* m_wait = nullptr;
+    std::int64_t m_parked_at = 0;
+    /// join_handle::cancel() was called: every wait from now on is cancelled.
+    bool m_cancel_requested = false;
 
     bool scope_cancelled() const noexcept {
+        if (m_cancel_requested) return true;
         for (const cancel_scope* s = m_scope; s; s = s->m_parent)
             if (s->m_cancelled) return true;
         return false;
     }
 
     list_hook<ready_tag>& ready_hook() noexcept { return *this; }
+    const list_hook<ready_tag>& ready_hook() const noexcept { return *this; }
     list_hook<all_tag>& all_hook() noexcept { return *this; }
 };
 
@@ -81,5 +95,9 @@ void release_task(task_header& task) noexcept;
 void log_unobserved_failure(const task_header& task) noexcept;
 /// Destroys a running task's frame now (see join_handle::abort).
 void abort_task(task_header& task);
+/// Cancels the task's current and future waits (see join_handle::cancel).
+void cancel_task(task_header& task) noexcept;
+/// The loop's clock as of its last look at the OS (ns): cheap, slightly old.
+std::int64_t recent_time(const task_header& task) noexcept;
 
 }  // namespace spindle::detail

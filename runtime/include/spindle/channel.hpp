@@ -1,0 +1,518 @@
+#pragma once
+/// channel<T>: a FIFO queue between the tasks of one loop, any number of
+/// senders and receivers.
+///
+///     spindle::channel<job> jobs(64);              // bounded: at most 64 buffered
+///     auto events = spindle::channel<event>::unbounded();
+///     if (auto e = co_await jobs.send(std::move(j))) ...   // e: channel_closed, or cancelled
+///     while (auto r = co_await jobs.receive()) use(*r);    // ends with channel_closed
+///
+/// Sending: a waiting receiver gets the value directly (no trip through the
+/// buffer); otherwise it is buffered; a full bounded channel makes the sender
+/// wait, in FIFO order with the other senders. A waiting sender's value stays
+/// where the caller has it (send takes a reference): it is moved (or, from an
+/// lvalue, copied) only at the moment it is delivered. A send that fails —
+/// the channel is closed, or the wait was cancelled — leaves the caller's
+/// value untouched, so nothing is lost silently: `co_await ch.send(std::move(v))`
+/// still owns `v` when it returns an error. Await the send in the expression
+/// that creates it (the usual `co_await ch.send(...)`), since it refers to the
+/// value.
+///
+/// Receiving: `co_await ch.receive(token)` gives result<T>: the oldest value,
+/// or spindle::errc::channel_closed once the channel is closed and everything
+/// sent before the close has been received. A receiver that was handed a value
+/// keeps it even if it is cancelled at the same moment.
+///
+/// close() (idempotent): later sends fail with channel_closed; blocked senders
+/// wake with channel_closed (their values stay theirs); receivers drain the
+/// buffer, then get channel_closed. Destroying the channel closes it.
+///
+/// A receiver destroyed after a value was handed to it but before it ran (its
+/// task aborted, the loop destroyed) puts the value back at the front of the
+/// channel, ahead of everything else, possibly one past a bounded capacity:
+/// nothing is lost. Only when the channel itself is destroyed first does such a
+/// value go down with the receiver that holds it.
+///
+/// Threads: a channel belongs to its loop's thread. Another thread (a game's
+/// simulation thread) feeds it with post_send(loop, value), which posts the
+/// send onto the loop's thread; post_close(loop) closes it from there. Posted
+/// values are never refused for lack of room: another thread cannot wait for
+/// a loop's task, so they are buffered even past a bounded capacity (bound
+/// them upstream if needed), in the order each thread posted them. A value
+/// posted after the close is dropped. Each post allocates one node. The
+/// channel must outlive the posts' execution: declare it before the loop (a
+/// destroyed loop discards posts it never ran), or stop the posting thread and
+/// let the loop run once before destroying the channel.
+///
+/// receive() and try_receive() return result<T>, which needs T to be default
+/// constructible.
+
+#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/task_header.hpp>
+#include <spindle/errc.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/result.hpp>
+
+#include <bit>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace spindle {
+
+template <class T>
+class channel;
+
+/// Selects the unbounded channel constructor.
+struct unbounded_t {
+    explicit unbounded_t() = default;
+};
+inline constexpr unbounded_t unbounded_channel{};
+
+namespace detail {
+
+/// A ring of raw slots, power-of-two sized. It grows (doubling) only when a
+/// value must go in while it is full: never for a bounded channel in steady
+/// state, amortised for an unbounded one.
+template <class T>
+class ring {
+public:
+    explicit ring(std::size_t slots) : m_mask(rounded(slots) - 1) {
+        m_slots = std::allocator<T>().allocate(m_mask + 1);
+    }
+    ring(const ring&) = delete;
+    ring& operator=(const ring&) = delete;
+    ~ring() {
+        while (m_size) pop_front();
+        std::allocator<T>().deallocate(m_slots, m_mask + 1);
+    }
+
+    std::size_t size() const noexcept { return m_size; }
+    bool empty() const noexcept { return m_size == 0; }
+    T& front() noexcept { return m_slots[m_head]; }
+
+    template <class U>
+    void push_back(U&& v) {
+        if (m_size == m_mask + 1) grow();
+        std::construct_at(m_slots + ((m_head + m_size) & m_mask), std::forward<U>(v));
+        ++m_size;
+    }
+    void push_front(T&& v) {
+        if (m_size == m_mask + 1) grow();
+        const std::size_t at = (m_head - 1) & m_mask;
+        std::construct_at(m_slots + at, std::move(v));
+        m_head = at;
+        ++m_size;
+    }
+    void pop_front() noexcept {
+        std::destroy_at(m_slots + m_head);
+        m_head = (m_head + 1) & m_mask;
+        --m_size;
+    }
+
+private:
+    static std::size_t rounded(std::size_t slots) {
+        if (slots > std::numeric_limits<std::size_t>::max() / 2) throw std::length_error("spindle: channel capacity too large");
+        return std::bit_ceil(slots < 2 ? std::size_t{2} : slots);
+    }
+
+    void grow() {
+        const std::size_t slots = (m_mask + 1) * 2;
+        T* fresh = std::allocator<T>().allocate(slots);
+        std::size_t moved = 0;
+        try {
+            for (; moved < m_size; ++moved)
+                std::construct_at(fresh + moved, std::move_if_noexcept(m_slots[(m_head + moved) & m_mask]));
+        } catch (...) {
+            std::destroy_n(fresh, moved);
+            std::allocator<T>().deallocate(fresh, slots);
+            throw;
+        }
+        for (std::size_t i = 0; i < m_size; ++i) std::destroy_at(m_slots + ((m_head + i) & m_mask));
+        std::allocator<T>().deallocate(m_slots, m_mask + 1);
+        m_slots = fresh;
+        m_mask = slots - 1;
+        m_head = 0;
+    }
+
+    T* m_slots = nullptr;
+    std::size_t m_mask;
+    std::size_t m_head = 0;
+    std::size_t m_size = 0;
+};
+
+template <class T>
+struct channel_receiver : list_hook<> {
+    enum class state : std::uint8_t { idle, waiting, received, cancelled, closed, done };
+    task_header* m_task = nullptr;
+    channel<T>* m_channel = nullptr;
+    std::optional<T> m_value;
+    state m_state = state::idle;
+};
+
+template <class T>
+struct channel_sender : list_hook<> {
+    enum class state : std::uint8_t { idle, waiting, sent, cancelled, closed };
+    task_header* m_task = nullptr;
+    channel<T>* m_channel = nullptr;
+    // The caller's value; never written to when m_copy (it came as const T&).
+    T* m_value = nullptr;
+    bool m_copy = false;
+    state m_state = state::idle;
+
+    T&& moved() noexcept { return std::move(*m_value); }
+};
+
+template <class T>
+class channel_send_awaiter;
+template <class T>
+class channel_receive_awaiter;
+
+}  // namespace detail
+
+template <class T>
+class channel {
+    static_assert(std::is_move_constructible_v<T>, "channel<T> needs a move-constructible T");
+
+public:
+    using value_type = T;
+
+    /// A bounded channel; the buffer is allocated here, once. `capacity` must
+    /// be at least 1 (std::invalid_argument otherwise, a std::logic_error).
+    explicit channel(std::size_t capacity) : m_capacity(checked(capacity)), m_buffer(capacity) {}
+    /// An unbounded channel: sends never wait.
+    explicit channel(unbounded_t) : m_capacity(std::numeric_limits<std::size_t>::max()), m_buffer(16) {}
+    static channel unbounded() { return channel(unbounded_channel); }
+
+    channel(const channel&) = delete;
+    channel& operator=(const channel&) = delete;
+    ~channel() {
+        close();
+        // Handed a value, not resumed yet: the value stays with its receiver.
+        while (receiver* r = m_handed.pop_front()) r->m_channel = nullptr;
+    }
+
+    /// `co_await ch.send(std::move(v), token)` → std::error_code: empty once
+    /// delivered or buffered, spindle::errc::channel_closed, or
+    /// operation_canceled (timed_out under with_timeout). On an error `v` is
+    /// untouched.
+    [[nodiscard]] detail::channel_send_awaiter<T> send(T&& value, std::stop_token token = {}) noexcept;
+    /// Copies `value` when it is delivered.
+    [[nodiscard]] detail::channel_send_awaiter<T> send(const T& value, std::stop_token token = {}) noexcept;
+    /// `co_await ch.receive(token)` → result<T>.
+    [[nodiscard]] detail::channel_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
+
+    /// Sends without waiting: empty, channel_closed, or
+    /// std::errc::operation_would_block when a bounded channel is full (or
+    /// senders are already waiting). `value` is moved from only on success.
+    std::error_code try_send(T&& value) { return try_send_impl(std::move(value)); }
+    std::error_code try_send(const T& value) { return try_send_impl(value); }
+    /// The oldest value; channel_closed once closed and drained;
+    /// std::errc::operation_would_block when empty.
+    result<T> try_receive() {
+        if (!m_buffer.empty()) {
+            T v(std::move(m_buffer.front()));
+            m_buffer.pop_front();
+            refill();
+            return result<T>(std::move(v));
+        }
+        if (m_closed) return make_error_code(errc::channel_closed);
+        return std::make_error_code(std::errc::operation_would_block);
+    }
+
+    /// Thread-safe: delivers `value` on the loop's thread in its next tick (see
+    /// the file comment: never refused for room, dropped after close).
+    void post_send(loop& l, T value) {
+        l.post([this, v = std::move(value)]() mutable {
+            if (!m_closed) deliver(std::move(v));
+        });
+    }
+    /// Thread-safe: closes the channel on the loop's thread, after the values
+    /// this thread posted before.
+    void post_close(loop& l) {
+        l.post([this] { close(); });
+    }
+
+    /// Wakes every waiter: senders and, since the buffer is empty whenever a
+    /// receiver waits, receivers, all with channel_closed.
+    void close() noexcept {
+        if (m_closed) return;
+        m_closed = true;
+        while (sender* s = m_senders.pop_front()) {
+            s->m_state = sender::state::closed;
+            detail::schedule(*s->m_task);
+        }
+        while (receiver* r = m_receivers.pop_front()) {
+            r->m_state = receiver::state::closed;
+            detail::schedule(*r->m_task);
+        }
+    }
+
+    bool is_closed() const noexcept { return m_closed; }
+    /// Values buffered now.
+    std::size_t size() const noexcept { return m_buffer.size(); }
+    bool empty() const noexcept { return m_buffer.empty(); }
+    /// The bound, or std::numeric_limits<std::size_t>::max() when unbounded.
+    std::size_t capacity() const noexcept { return m_capacity; }
+
+private:
+    using receiver = detail::channel_receiver<T>;
+    using sender = detail::channel_sender<T>;
+    friend class detail::channel_send_awaiter<T>;
+    friend class detail::channel_receive_awaiter<T>;
+
+    static std::size_t checked(std::size_t capacity) {
+        if (capacity == 0) throw std::invalid_argument("spindle: a channel's capacity must be at least 1");
+        return capacity;
+    }
+
+    /// A send may go ahead without waiting: FIFO behind waiting senders, and a
+    /// receiver waits only while the buffer is empty.
+    bool can_send_now() const noexcept {
+        return m_senders.empty() && (!m_receivers.empty() || m_buffer.size() < m_capacity);
+    }
+
+    template <class U>
+    std::error_code try_send_impl(U&& value) {
+        if (m_closed) return make_error_code(errc::channel_closed);
+        if (!can_send_now()) return std::make_error_code(std::errc::operation_would_block);
+        deliver(std::forward<U>(value));
+        return {};
+    }
+
+    /// To the first waiting receiver, or to the back of the buffer.
+    template <class U>
+    void deliver(U&& value) {
+        if (receiver* r = m_receivers.front()) {
+            // Construct before unlinking: if T's constructor throws, the
+            // receiver is still queued rather than lost.
+            r->m_value.emplace(std::forward<U>(value));
+            r->unlink();
+            hand_to(*r);
+        } else {
+            m_buffer.push_back(std::forward<U>(value));
+        }
+    }
+
+    void hand_to(receiver& r) noexcept {
+        r.m_state = receiver::state::received;
+        m_handed.push_back(r);
+        detail::schedule(*r.m_task);
+    }
+
+    /// Takes the oldest buffered value into `out`.
+    void take_front(std::optional<T>& out) {
+        out.emplace(std::move(m_buffer.front()));
+        m_buffer.pop_front();
+        refill();
+    }
+
+    /// Room was made: the first waiting senders' values move into it, in order.
+    void refill() {
+        while (m_buffer.size() < m_capacity) {
+            sender* s = m_senders.front();
+            if (!s) break;
+            if (s->m_copy)
+                m_buffer.push_back(std::as_const(*s->m_value));
+            else
+                m_buffer.push_back(s->moved());
+            s->unlink();
+            s->m_state = sender::state::sent;
+            detail::schedule(*s->m_task);
+        }
+    }
+
+    /// A value handed to a receiver that was destroyed before it ran: it is
+    /// the oldest value there is, so it goes first.
+    void put_back(T&& value) {
+        if (receiver* r = m_receivers.front()) {
+            r->m_value.emplace(std::move(value));
+            r->unlink();
+            hand_to(*r);
+        } else {
+            m_buffer.push_front(std::move(value));
+        }
+    }
+
+    std::size_t m_capacity;
+    detail::ring<T> m_buffer;
+    detail::intrusive_list<sender> m_senders;      // waiting: the buffer is full
+    detail::intrusive_list<receiver> m_receivers;  // waiting: the buffer is empty
+    detail::intrusive_list<receiver> m_handed;     // handed a value, not resumed yet
+    bool m_closed = false;
+};
+
+namespace detail {
+
+template <class T>
+class channel_send_awaiter : channel_sender<T> {
+    using base = channel_sender<T>;
+    using state = typename base::state;
+
+public:
+    channel_send_awaiter(channel<T>& ch, T* value, bool copy, std::stop_token token) noexcept : m_token(std::move(token)) {
+        this->m_channel = &ch;
+        this->m_value = value;
+        this->m_copy = copy;
+    }
+    channel_send_awaiter(const channel_send_awaiter&) = delete;
+    channel_send_awaiter& operator=(const channel_send_awaiter&) = delete;
+    // Destroyed while waiting: leave the queue; the value was never touched.
+    ~channel_send_awaiter() { this->unlink(); }
+
+    bool await_ready() {
+        if (m_token.stop_requested()) {
+            this->m_state = state::cancelled;
+            return true;
+        }
+        channel<T>& ch = *this->m_channel;
+        if (ch.m_closed) {
+            this->m_state = state::closed;
+            return true;
+        }
+        if (!ch.can_send_now()) return false;
+        if (this->m_copy)
+            ch.deliver(std::as_const(*this->m_value));
+        else
+            ch.deliver(this->moved());
+        this->m_state = state::sent;
+        return true;
+    }
+    void await_suspend(std::coroutine_handle<> h) {
+        this->m_task = &current_task();
+        this->m_task->m_resume = h;
+        this->m_state = state::waiting;
+        this->m_channel->m_senders.push_back(*this);
+        m_cancel.arm(m_token, this);
+        park_cancellable(*this->m_task, this);
+    }
+    std::error_code await_resume() noexcept {
+        unpark(this->m_task);
+        m_cancel.disarm();
+        switch (this->m_state) {
+            case state::sent: return {};
+            case state::closed: return make_error_code(errc::channel_closed);
+            default: return cancelled_error();
+        }
+    }
+
+    /// A value already taken stays sent.
+    void on_cancel() noexcept {
+        if (this->m_state != state::waiting) return;
+        this->unlink();
+        this->m_state = state::cancelled;
+        schedule(*this->m_task);
+    }
+
+private:
+    std::stop_token m_token;
+    cancel_hook<channel_send_awaiter> m_cancel;
+};
+
+template <class T>
+class channel_receive_awaiter : channel_receiver<T> {
+    using base = channel_receiver<T>;
+    using state = typename base::state;
+
+public:
+    channel_receive_awaiter(channel<T>& ch, std::stop_token token) noexcept : m_token(std::move(token)) {
+        this->m_channel = &ch;
+    }
+    channel_receive_awaiter(const channel_receive_awaiter&) = delete;
+    channel_receive_awaiter& operator=(const channel_receive_awaiter&) = delete;
+    ~channel_receive_awaiter() {
+        if (this->m_state == state::waiting) {
+            this->unlink();
+        } else if (this->m_state == state::received && this->is_linked()) {
+            // Handed a value and destroyed before it ran: give the value back.
+            this->unlink();
+            if (this->m_channel) {
+                try {
+                    this->m_channel->put_back(std::move(*this->m_value));
+                } catch (...) {
+                    // Growing the buffer failed: the value cannot be kept.
+                }
+            }
+        }
+    }
+
+    bool await_ready() {
+        if (m_token.stop_requested()) {
+            this->m_state = state::cancelled;
+            return true;
+        }
+        channel<T>& ch = *this->m_channel;
+        // Senders wait only while the buffer is full, so an empty buffer means
+        // nobody is waiting to send.
+        if (!ch.m_buffer.empty()) {
+            ch.take_front(this->m_value);
+            this->m_state = state::received;
+            return true;
+        }
+        if (ch.m_closed) {
+            this->m_state = state::closed;
+            return true;
+        }
+        return false;
+    }
+    void await_suspend(std::coroutine_handle<> h) {
+        this->m_task = &current_task();
+        this->m_task->m_resume = h;
+        this->m_state = state::waiting;
+        this->m_channel->m_receivers.push_back(*this);
+        m_cancel.arm(m_token, this);
+        park_cancellable(*this->m_task, this);
+    }
+    result<T> await_resume() {
+        unpark(this->m_task);
+        m_cancel.disarm();
+        switch (this->m_state) {
+            case state::received:
+                this->unlink();  // from the handed list
+                this->m_state = state::done;
+                return result<T>(std::move(*this->m_value));
+            case state::closed: return make_error_code(errc::channel_closed);
+            default: return cancelled_error();
+        }
+    }
+
+    /// A receiver already handed a value keeps it.
+    void on_cancel() noexcept {
+        if (this->m_state != state::waiting) return;
+        this->unlink();
+        this->m_state = state::cancelled;
+        schedule(*this->m_task);
+    }
+
+private:
+    std::stop_token m_token;
+    cancel_hook<channel_receive_awaiter> m_cancel;
+};
+
+}  // namespace detail
+
+template <class T>
+detail::channel_send_awaiter<T> channel<T>::send(T&& value, std::stop_token token) noexcept {
+    return detail::channel_send_awaiter<T>(*this, std::addressof(value), false, std::move(token));
+}
+
+template <class T>
+detail::channel_send_awaiter<T> channel<T>::send(const T& value, std::stop_token token) noexcept {
+    return detail::channel_send_awaiter<T>(*this, const_cast<T*>(std::addressof(value)), true, std::move(token));
+}
+
+template <class T>
+detail::channel_receive_awaiter<T> channel<T>::receive(std::stop_token token) noexcept {
+    return detail::channel_receive_awaiter<T>(*this, std::move(token));
+}
+
+}  // namespace spindle
