@@ -3,7 +3,7 @@
 /// senders and receivers.
 ///
 ///     spindle::channel<job> jobs(64);              // bounded: at most 64 buffered
-///     auto events = spindle::channel<event>::unbounded();
+///     auto inputs = spindle::channel<input>::unbounded();
 ///     if (auto e = co_await jobs.send(std::move(j))) ...   // e: channel_closed, or cancelled
 ///     while (auto r = co_await jobs.receive()) use(*r);    // ends with channel_closed
 ///
@@ -29,16 +29,19 @@
 ///
 /// A receiver destroyed after a value was handed to it but before it ran (its
 /// task aborted, the loop destroyed) puts the value back at the front of the
-/// channel, ahead of everything else, possibly one past a bounded capacity:
-/// nothing is lost. Only when the channel itself is destroyed first does such a
-/// value go down with the receiver that holds it.
+/// channel, where it came from: to the first waiting receiver, or ahead of
+/// everything buffered (values put back by several receivers keep the order
+/// they were handed out in), even past a bounded capacity. Nothing is lost;
+/// only when the channel itself is destroyed first does such a value go down
+/// with the receiver that holds it.
 ///
 /// Threads: a channel belongs to its loop's thread. Another thread (a game's
 /// simulation thread) feeds it with post_send(loop, value), which posts the
 /// send onto the loop's thread; post_close(loop) closes it from there. Posted
 /// values are never refused for lack of room: another thread cannot wait for
 /// a loop's task, so they are buffered even past a bounded capacity (bound
-/// them upstream if needed), in the order each thread posted them. A value
+/// them upstream if needed), ahead of tasks waiting to send, in the order each
+/// thread posted them. A value
 /// posted after the close is dropped. Each post allocates one node. The
 /// channel must outlive the posts' execution: declare it before the loop (a
 /// destroyed loop discards posts it never ran), or stop the posting thread and
@@ -54,6 +57,7 @@
 #include <spindle/loop.hpp>
 #include <spindle/result.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <coroutine>
 #include <cstddef>
@@ -63,9 +67,11 @@
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace spindle {
 
@@ -113,6 +119,15 @@ public:
         m_head = at;
         ++m_size;
     }
+    /// Puts `v` at position `at` from the front (at <= size()), shifting the
+    /// values before it forward: O(at).
+    void insert(std::size_t at, T&& v) {
+        push_front(std::move(v));
+        for (std::size_t i = 0; i < at; ++i) {
+            using std::swap;
+            swap(slot(i), slot(i + 1));
+        }
+    }
     void pop_front() noexcept {
         std::destroy_at(m_slots + m_head);
         m_head = (m_head + 1) & m_mask;
@@ -120,6 +135,8 @@ public:
     }
 
 private:
+    T& slot(std::size_t i) noexcept { return m_slots[(m_head + i) & m_mask]; }
+
     static std::size_t rounded(std::size_t slots) {
         if (slots > std::numeric_limits<std::size_t>::max() / 2) throw std::length_error("spindle: channel capacity too large");
         return std::bit_ceil(slots < 2 ? std::size_t{2} : slots);
@@ -156,6 +173,8 @@ struct channel_receiver : list_hook<> {
     task_header* m_task = nullptr;
     channel<T>* m_channel = nullptr;
     std::optional<T> m_value;
+    /// Hand-off order, for putting values back in order (see channel::put_back).
+    std::uint64_t m_ticket = 0;
     state m_state = state::idle;
 };
 
@@ -207,21 +226,26 @@ public:
     /// untouched.
     [[nodiscard]] detail::channel_send_awaiter<T> send(T&& value, std::stop_token token = {}) noexcept;
     /// Copies `value` when it is delivered.
-    [[nodiscard]] detail::channel_send_awaiter<T> send(const T& value, std::stop_token token = {}) noexcept;
+    [[nodiscard]] detail::channel_send_awaiter<T> send(const T& value, std::stop_token token = {}) noexcept
+        requires std::is_copy_constructible_v<T>;
     /// `co_await ch.receive(token)` → result<T>.
     [[nodiscard]] detail::channel_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
 
     /// Sends without waiting: empty, channel_closed, or
     /// std::errc::operation_would_block when a bounded channel is full (or
     /// senders are already waiting). `value` is moved from only on success.
-    std::error_code try_send(T&& value) { return try_send_impl(std::move(value)); }
-    std::error_code try_send(const T& value) { return try_send_impl(value); }
+    [[nodiscard]] std::error_code try_send(T&& value) { return try_send_impl(std::move(value)); }
+    [[nodiscard]] std::error_code try_send(const T& value)
+        requires std::is_copy_constructible_v<T>
+    {
+        return try_send_impl(value);
+    }
     /// The oldest value; channel_closed once closed and drained;
     /// std::errc::operation_would_block when empty.
     result<T> try_receive() {
         if (!m_buffer.empty()) {
             T v(std::move(m_buffer.front()));
-            m_buffer.pop_front();
+            pop_front();
             refill();
             return result<T>(std::move(v));
         }
@@ -297,14 +321,17 @@ private:
             // receiver is still queued rather than lost.
             r->m_value.emplace(std::forward<U>(value));
             r->unlink();
-            hand_to(*r);
+            hand_to(*r, m_next_ticket++);
         } else {
             m_buffer.push_back(std::forward<U>(value));
         }
     }
 
-    void hand_to(receiver& r) noexcept {
+    /// The ticket orders values by age: a value put back and handed out again
+    /// keeps its own.
+    void hand_to(receiver& r, std::uint64_t ticket) noexcept {
         r.m_state = receiver::state::received;
+        r.m_ticket = ticket;
         m_handed.push_back(r);
         detail::schedule(*r.m_task);
     }
@@ -312,7 +339,7 @@ private:
     /// Takes the oldest buffered value into `out`.
     void take_front(std::optional<T>& out) {
         out.emplace(std::move(m_buffer.front()));
-        m_buffer.pop_front();
+        pop_front();
         refill();
     }
 
@@ -321,26 +348,58 @@ private:
         while (m_buffer.size() < m_capacity) {
             sender* s = m_senders.front();
             if (!s) break;
-            if (s->m_copy)
-                m_buffer.push_back(std::as_const(*s->m_value));
-            else
+            if constexpr (std::is_copy_constructible_v<T>) {
+                if (s->m_copy)
+                    m_buffer.push_back(std::as_const(*s->m_value));
+                else
+                    m_buffer.push_back(s->moved());
+            } else {
                 m_buffer.push_back(s->moved());
+            }
             s->unlink();
             s->m_state = sender::state::sent;
             detail::schedule(*s->m_task);
         }
     }
 
-    /// A value handed to a receiver that was destroyed before it ran: it is
-    /// the oldest value there is, so it goes first.
-    void put_back(T&& value) {
+    void pop_front() noexcept {
+        m_buffer.pop_front();
+        if (m_returned_count) {
+            ++m_returned_first;
+            if (--m_returned_count == 0) {
+                m_returned.clear();
+                m_returned_first = 0;
+            }
+        }
+    }
+
+    /// A value handed to a receiver that was destroyed before it ran. It is
+    /// older than anything buffered, so it goes first — but behind values put
+    /// back by receivers that were handed theirs earlier (several receivers
+    /// destroyed together, in any order: the loop's destruction). Those sit at
+    /// the front of the buffer; their tickets are kept, sorted, in m_returned.
+    void put_back(T&& value, std::uint64_t ticket) {
         if (receiver* r = m_receivers.front()) {
+            // Receivers wait only on an empty buffer: nothing older is left.
             r->m_value.emplace(std::move(value));
             r->unlink();
-            hand_to(*r);
-        } else {
-            m_buffer.push_front(std::move(value));
+            hand_to(*r, ticket);
+            return;
         }
+        const auto first = m_returned.begin() + static_cast<std::ptrdiff_t>(m_returned_first);
+        const auto at = std::lower_bound(first, m_returned.end(), ticket);
+        const auto index = static_cast<std::size_t>(at - first);
+        m_returned.insert(at, ticket);
+        try {
+            if constexpr (std::is_move_assignable_v<T> && std::is_swappable_v<T>)
+                m_buffer.insert(index, std::move(value));
+            else
+                m_buffer.push_front(std::move(value));
+        } catch (...) {
+            m_returned.erase(m_returned.begin() + static_cast<std::ptrdiff_t>(m_returned_first + index));
+            throw;
+        }
+        ++m_returned_count;
     }
 
     std::size_t m_capacity;
@@ -348,6 +407,13 @@ private:
     detail::intrusive_list<sender> m_senders;      // waiting: the buffer is full
     detail::intrusive_list<receiver> m_receivers;  // waiting: the buffer is empty
     detail::intrusive_list<receiver> m_handed;     // handed a value, not resumed yet
+    std::uint64_t m_next_ticket = 0;
+    // Tickets of the values put back at the front of the buffer, oldest first:
+    // m_returned[m_returned_first ...], m_returned_count of them. Used (and
+    // allocated) only when receivers are destroyed holding a value.
+    std::vector<std::uint64_t> m_returned;
+    std::size_t m_returned_first = 0;
+    std::size_t m_returned_count = 0;
     bool m_closed = false;
 };
 
@@ -380,10 +446,14 @@ public:
             return true;
         }
         if (!ch.can_send_now()) return false;
-        if (this->m_copy)
-            ch.deliver(std::as_const(*this->m_value));
-        else
+        if constexpr (std::is_copy_constructible_v<T>) {
+            if (this->m_copy)
+                ch.deliver(std::as_const(*this->m_value));
+            else
+                ch.deliver(this->moved());
+        } else {
             ch.deliver(this->moved());
+        }
         this->m_state = state::sent;
         return true;
     }
@@ -404,6 +474,9 @@ public:
             default: return cancelled_error();
         }
     }
+
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const { out += "channel send (full)"; }
 
     /// A value already taken stays sent.
     void on_cancel() noexcept {
@@ -437,7 +510,7 @@ public:
             this->unlink();
             if (this->m_channel) {
                 try {
-                    this->m_channel->put_back(std::move(*this->m_value));
+                    this->m_channel->put_back(std::move(*this->m_value), this->m_ticket);
                 } catch (...) {
                     // Growing the buffer failed: the value cannot be kept.
                 }
@@ -485,6 +558,9 @@ public:
         }
     }
 
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const { out += "channel receive (empty)"; }
+
     /// A receiver already handed a value keeps it.
     void on_cancel() noexcept {
         if (this->m_state != state::waiting) return;
@@ -506,7 +582,9 @@ detail::channel_send_awaiter<T> channel<T>::send(T&& value, std::stop_token toke
 }
 
 template <class T>
-detail::channel_send_awaiter<T> channel<T>::send(const T& value, std::stop_token token) noexcept {
+detail::channel_send_awaiter<T> channel<T>::send(const T& value, std::stop_token token) noexcept
+    requires std::is_copy_constructible_v<T>
+{
     return detail::channel_send_awaiter<T>(*this, const_cast<T*>(std::addressof(value)), true, std::move(token));
 }
 

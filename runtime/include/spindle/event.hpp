@@ -15,6 +15,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <stop_token>
+#include <string>
 #include <system_error>
 
 namespace spindle {
@@ -97,6 +98,9 @@ public:
         m_cancel.disarm();
         return m_state == state::cancelled ? cancelled_error() : std::error_code{};
     }
+
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const { out += "event"; }
 
     /// A waiter already woken by set() keeps its success.
     void on_cancel() noexcept {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <system_error>
 
 namespace spindle {
@@ -90,6 +91,13 @@ public:
         unpark(m_task);
         m_cancel.disarm();
         return m_state == state::cancelled ? cancelled_error() : std::error_code{};
+    }
+
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const {
+        out += "count to reach zero (";
+        out += std::to_string(m_counter->count());
+        out += " left)";
     }
 
     void on_cancel() noexcept {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <mutex>
 #include <stop_token>
+#include <string>
 #include <utility>
 
 namespace spindle {
@@ -98,7 +99,7 @@ public:
     }
 
     /// Locks if the mutex is free (never when tasks wait: it is not free then).
-    bool try_lock() noexcept {
+    [[nodiscard]] bool try_lock() noexcept {
         if (m_locked) return false;
         m_locked = true;
         return true;
@@ -180,6 +181,9 @@ public:
         m_state = state::done;  // the guard owns the mutex now
         return mutex::guard(*m_mutex, std::adopt_lock);
     }
+
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const { out += "mutex lock"; }
 
     /// Only a queued waiter can be cancelled; an owner keeps the mutex.
     void on_cancel() noexcept {

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stop_token>
+#include <string>
 #include <system_error>
 
 namespace spindle {
@@ -66,7 +67,7 @@ public:
     }
 
     /// Takes `n` permits if they are free and nobody waits.
-    bool try_acquire(std::size_t n = 1) noexcept {
+    [[nodiscard]] bool try_acquire(std::size_t n = 1) noexcept {
         if (!m_waiters.empty() || m_available < n) return false;
         m_available -= n;
         return true;
@@ -154,6 +155,17 @@ public:
         unlink();  // from the granted list
         m_state = state::done;
         return {};
+    }
+
+    /// For the dump of parked tasks.
+    void describe(std::string& out) const {
+        out += "semaphore acquire of ";
+        out += std::to_string(m_count);
+        if (m_semaphore) {
+            out += " (";
+            out += std::to_string(m_semaphore->available());
+            out += " free)";
+        }
     }
 
     /// Only a queued waiter can be cancelled; one that got its permits keeps them.

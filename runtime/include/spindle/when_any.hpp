@@ -1,0 +1,191 @@
+#pragma once
+/// when_any: runs tasks concurrently and gives the result of the first to
+/// finish; the others are cancelled (join_handle::cancel: the wait each is
+/// parked on completes with operation_canceled) and when_any returns only
+/// after every one of them has finished, so no loser outlives the call.
+///
+/// The first to finish wins even if it failed: its exception is rethrown.
+/// The losers' results are dropped. A loser whose operation completed before
+/// the cancel reached it (a read that got bytes in the same tick) finishes
+/// with that result, and it is dropped too: do not race operations whose
+/// effects cannot be lost (two reads of one stream) — put a deadline on one
+/// operation with with_timeout instead. Cancelling the awaiting task (a
+/// timeout around when_any, or join_handle::cancel) cancels every child.
+/// Destroying the awaiting task aborts the children.
+
+#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/when_all.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace spindle {
+
+namespace detail {
+
+class race_base {
+public:
+    static constexpr std::size_t no_winner = std::numeric_limits<std::size_t>::max();
+
+    bool decided() const noexcept { return m_winner != no_winner; }
+    std::size_t winner() const noexcept { return m_winner; }
+    void rethrow_if_failed() const {
+        if (m_error) std::rethrow_exception(m_error);
+    }
+    void lose_with(std::exception_ptr e, std::size_t index) noexcept {
+        m_error = std::move(e);
+        decide(index);
+    }
+    void add_child(task_header* child) { m_children.push_back(child); }
+    void cancel_others() noexcept {
+        for (std::size_t i = 0; i < m_children.size(); ++i)
+            if (i != m_winner) cancel_task(*m_children[i]);
+    }
+
+    // The awaiting task parks on this until a child decides the race.
+    class wait {
+    public:
+        explicit wait(race_base& race) noexcept : m_race(race) {}
+        bool await_ready() const noexcept { return m_race.decided(); }
+        void await_suspend(std::coroutine_handle<> h) {
+            m_task = &current_task();
+            m_task->m_resume = h;
+            m_race.m_waiter = m_task;
+            park_cancellable(*m_task, this);
+        }
+        void await_resume() noexcept {
+            unpark(m_task);
+            m_race.m_waiter = nullptr;
+        }
+        // The parent is cancelled: so are the children; the first of them to
+        // finish (with its cancellation) decides the race.
+        void on_cancel() noexcept {
+            for (task_header* child : m_race.m_children) cancel_task(*child);
+        }
+        void describe(std::string& out) const { out += "when_any of " + std::to_string(m_race.m_children.size()) + " tasks"; }
+
+    private:
+        race_base& m_race;
+        task_header* m_task = nullptr;
+    };
+
+protected:
+    void decide(std::size_t index) noexcept {
+        m_winner = index;
+        if (m_waiter) schedule(*m_waiter);
+    }
+
+private:
+    std::size_t m_winner = no_winner;
+    std::exception_ptr m_error;
+    task_header* m_waiter = nullptr;
+    std::vector<task_header*> m_children;  // kept alive by the join handles
+};
+
+template <class R>
+class race : public race_base {
+public:
+    template <std::size_t I, class T>
+    void win(T&& value) {
+        m_value.emplace(std::in_place_index<I>, std::forward<T>(value));
+        decide(I);
+    }
+    template <class T>
+    void win_at(std::size_t index, T&& value) {
+        m_value.emplace(std::forward<T>(value));
+        decide(index);
+    }
+    R take() { return std::move(*m_value); }
+
+private:
+    std::optional<R> m_value;
+};
+
+template <std::size_t I, class R, class T>
+task<void> race_entry(task<T> t, race<R>& r) {
+    try {
+        if constexpr (std::is_void_v<T>) {
+            co_await std::move(t);
+            if (!r.decided()) r.template win<I>(std::monostate{});
+        } else {
+            T value = co_await std::move(t);
+            if (!r.decided()) r.template win<I>(std::move(value));
+        }
+    } catch (...) {
+        if (!r.decided()) r.lose_with(std::current_exception(), I);
+    }
+}
+
+template <class R, class T>
+task<void> race_entry_at(task<T> t, race<R>& r, std::size_t index) {
+    try {
+        if constexpr (std::is_void_v<T>) {
+            co_await std::move(t);
+            if (!r.decided()) r.win_at(index, std::monostate{});
+        } else {
+            T value = co_await std::move(t);
+            if (!r.decided()) r.win_at(index, std::move(value));
+        }
+    } catch (...) {
+        if (!r.decided()) r.lose_with(std::current_exception(), index);
+    }
+}
+
+}  // namespace detail
+
+/// The winner's result; variant::index() says which task won (a task<void>
+/// gives std::monostate).
+template <class... T>
+task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
+    static_assert(sizeof...(T) > 0, "when_any needs at least one task");
+    using result_type = std::variant<detail::non_void_t<T>...>;
+    loop& l = loop::current();
+    detail::race<result_type> race;
+    std::vector<join_handle<void>> children;
+    children.reserve(sizeof...(T));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (children.push_back(l.spawn(detail::race_entry<I>(std::move(tasks), race), "when_any")), ...);
+    }(std::index_sequence_for<T...>{});
+    detail::abort_children guard(children.size());
+    for (auto& child : children) {
+        guard.add(child.header_ptr());
+        race.add_child(child.header_ptr());
+    }
+    co_await detail::race_base::wait(race);
+    race.cancel_others();
+    for (auto& child : children) co_await child;
+    race.rethrow_if_failed();
+    co_return race.take();
+}
+
+/// The winner's index and result.
+template <class T>
+task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>> tasks) {
+    if (tasks.empty()) throw std::invalid_argument("spindle: when_any of no tasks");
+    using result_type = detail::non_void_t<T>;
+    loop& l = loop::current();
+    detail::race<result_type> race;
+    std::vector<join_handle<void>> children;
+    children.reserve(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+        children.push_back(l.spawn(detail::race_entry_at(std::move(tasks[i]), race, i), "when_any"));
+    detail::abort_children guard(children.size());
+    for (auto& child : children) {
+        guard.add(child.header_ptr());
+        race.add_child(child.header_ptr());
+    }
+    co_await detail::race_base::wait(race);
+    race.cancel_others();
+    for (auto& child : children) co_await child;
+    race.rethrow_if_failed();
+    const std::size_t index = race.winner();
+    co_return std::pair<std::size_t, detail::non_void_t<T>>(index, race.take());
+}
+
+}  // namespace spindle
