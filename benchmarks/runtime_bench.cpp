@@ -183,6 +183,83 @@ void bench_post_cross_thread() {
     std::printf("post_cross_thread ns_per_op=%.1f posts=%ld producers=1\n", ns, n);
 }
 
+// --- mutex: uncontended lock and unlock inside one task ------------------------
+
+spindle::task<void> lock_unlock(spindle::mutex& m, long n) {
+    for (long i = 0; i < n; ++i) {
+        auto guard = co_await m.lock();
+        (void)guard;
+    }
+}
+
+spindle::task<void> contended_locker(spindle::mutex& m, long n, long& counter) {
+    for (long i = 0; i < n; ++i) {
+        auto guard = co_await m.lock();
+        ++counter;
+        co_await spindle::yield();  // hold it across a switch: the other task queues
+    }
+}
+
+void bench_mutex() {
+    constexpr long n = 5'000'000;
+    double uncontended = median_of(5, [] {
+        spindle::loop loop;
+        spindle::mutex m;
+        double t0 = wall_ns();
+        loop.block_on(lock_unlock(m, n));
+        return (wall_ns() - t0) / static_cast<double>(n);
+    });
+    constexpr long k = 500'000;
+    double contended = median_of(5, [] {
+        spindle::loop loop;
+        spindle::mutex m;
+        long counter = 0;
+        loop.spawn(contended_locker(m, k, counter)).detach();
+        loop.spawn(contended_locker(m, k, counter)).detach();
+        double t0 = wall_ns();
+        loop.run();
+        return (wall_ns() - t0) / static_cast<double>(2 * k);
+    });
+    std::printf("mutex ns_per_op=%.1f uncontended_lock_unlock contended_2_tasks_ns_per_lock=%.1f\n", uncontended, contended);
+}
+
+// --- channel: send + receive between two tasks ----------------------------------
+
+spindle::task<void> produce(spindle::channel<long>& ch, long n) {
+    for (long i = 0; i < n; ++i) (void)co_await ch.send(i);
+    ch.close();
+}
+
+spindle::task<void> consume(spindle::channel<long>& ch, long& sum) {
+    for (;;) {
+        spindle::result<long> v = co_await ch.receive();
+        if (!v) break;
+        sum += *v;
+    }
+}
+
+double channel_round(std::size_t capacity, long n) {
+    return median_of(5, [=] {
+        spindle::loop loop;
+        spindle::channel<long> ch(capacity);
+        long sum = 0;
+        loop.spawn(produce(ch, n)).detach();
+        loop.spawn(consume(ch, sum)).detach();
+        double t0 = wall_ns();
+        loop.run();
+        double ns = (wall_ns() - t0) / static_cast<double>(n);
+        if (sum != n * (n - 1) / 2) std::printf("channel: wrong sum\n");
+        return ns;
+    });
+}
+
+void bench_channel() {
+    constexpr long n = 2'000'000;
+    double one = channel_round(1, n);
+    double batch = channel_round(64, n);
+    std::printf("channel ns_per_op=%.1f capacity=1 send_receive capacity_64_ns_per_op=%.1f\n", one, batch);
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -194,6 +271,8 @@ constexpr bench_case cases[] = {
     {"timers_fire", &bench_timers_fire},
     {"timers_cancel", &bench_timers_cancel},
     {"post_cross_thread", &bench_post_cross_thread},
+    {"mutex", &bench_mutex},
+    {"channel", &bench_channel},
 };
 
 }  // namespace

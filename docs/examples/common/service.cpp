@@ -23,7 +23,7 @@ namespace {
                  "  --backend NAME   automatic, epoll, io_uring or kqueue (default automatic)\n"
                  "  --help           this text\n"
                  "%.*s"
-                 "\nStops cleanly on SIGINT or SIGTERM.\n",
+                 "\nStops cleanly on SIGINT or SIGTERM; SIGUSR1 prints what every task waits on to stderr.\n",
                  static_cast<int>(info.name.size()), info.name.data(), static_cast<int>(info.description.size()),
                  info.description.data(), static_cast<unsigned>(info.default_port),
                  static_cast<int>(info.extra_help.size()), info.extra_help.data());
@@ -82,6 +82,14 @@ task<void> stop_on(int signo, std::stop_source stop) {
     if (got) stop.request_stop();
 }
 }  // namespace
+
+task<void> dump_on_sigusr1(std::stop_token stop) {
+    while (co_await wait_signal(SIGUSR1, stop)) {
+        std::string dump = loop::current().dump_tasks();
+        std::fwrite(dump.data(), 1, dump.size(), stderr);
+        std::fflush(stderr);
+    }
+}
 
 task<void> stop_on_signals(std::stop_source stop) {
     // Both waits end when either signal stops the source.

@@ -42,6 +42,10 @@ service_options parse_service_options(int argc, char** argv, const service_info&
 template <class MakeMain>
 int run_service_loop(const loop_options& options, MakeMain make_main);
 
+/// Until `stop` is requested, prints the loop's task dump to stderr on each
+/// SIGUSR1: what every connection waits on, and for how long.
+task<void> dump_on_sigusr1(std::stop_token stop);
+
 /// Resolves once SIGINT or SIGTERM arrives (or `stop` is requested otherwise),
 /// after requesting `stop`. Spawn it; await its handle or ignore it.
 task<void> stop_on_signals(std::stop_source stop);
@@ -60,7 +64,7 @@ private:
     std::uint64_t m_next = 0;
 };
 
-/// A TCP server's life: binds options.host:options.port, prints
+/// A TCP server's life (SIGUSR1 prints the task dump to stderr): binds options.host:options.port, prints
 /// "<name> listening on ADDRESS:PORT", runs `handler(stream, stop)` (a
 /// task<void>) for each connection until SIGINT or SIGTERM, then stops
 /// accepting, lets every connection see the stop (their waits complete with
@@ -83,6 +87,7 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
 
     std::stop_source stop;
     join_handle<void> signals = loop::current().spawn(stop_on_signals(stop), "signals");
+    join_handle<void> dumps = loop::current().spawn(dump_on_sigusr1(stop.get_token()), "dump on SIGUSR1");
     connection_set connections;
     for (;;) {
         result<net::tcp_stream> stream = co_await listener->accept(stop.get_token());
@@ -96,6 +101,7 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     listener->close();
     co_await connections.wait_all();
     co_await signals;
+    co_await dumps;
     co_return 0;
 }
 
