@@ -1,6 +1,7 @@
 #include <spindle/log.hpp>
 #include <spindle/net/listener.hpp>
 #include <spindle/sleep.hpp>
+#include <spindle/timeout.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,8 +34,9 @@ result<unique_fd> listen_on(const address& at, const listen_options& options) {
     return fd;
 }
 
-task<result<accepted>> accept_from(int listen_fd, std::stop_token token) {
+task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token token) {
     using namespace std::chrono_literals;
+    const int listen_fd = listener.get();
     constexpr auto first_backoff = 1ms;
     constexpr auto max_backoff = 100ms;
     auto backoff = std::chrono::milliseconds(first_backoff);
@@ -57,7 +59,21 @@ task<result<accepted>> accept_from(int listen_fd, std::stop_token token) {
         // the waiting connections meanwhile.
         if (!starved) logger()->warn("accept on fd {}: {}; retrying with back-off", listen_fd, fd.error().message());
         starved = true;
-        if (std::error_code slept = co_await sleep_for(backoff, token)) co_return slept;
+        // The back-off is a wait for writability on the listening socket, which
+        // never becomes writable: closing the listener cancels it at once, as it
+        // cancels a pending accept. After a plain sleep we would call accept on
+        // a number that may have been closed and handed to another socket since.
+        result<int> woke = co_await with_timeout(backoff, spindle::wait_writable(listen_fd, token));
+        if (woke) {
+            // Not expected of a listening socket; keep the pace all the same.
+            if (std::error_code slept = co_await sleep_for(backoff, token)) co_return slept;
+        } else if (woke.error() != std::errc::timed_out) {
+            co_return woke.error();
+        }
+        // The back-off may have ended just before the listener was closed, with
+        // this task not yet resumed: the close found nothing to cancel, and the
+        // number may belong to another socket by now.
+        if (listener.get() != listen_fd) co_return cancelled_error();
         backoff = std::min<std::chrono::milliseconds>(backoff * 2, max_backoff);
     }
 }

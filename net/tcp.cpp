@@ -50,7 +50,8 @@ result<tcp_listener> tcp_listener::bind(const address& at, const listen_options&
 }
 
 task<result<tcp_stream>> tcp_listener::accept(std::stop_token token) {
-    result<detail::accepted> a = co_await detail::accept_from(fd_for_io(), std::move(token));
+    fd_for_io();
+    result<detail::accepted> a = co_await detail::accept_from(m_fd, std::move(token));
     if (!a) co_return a.error();
     co_return tcp_stream(std::move(a->fd), a->peer);
 }

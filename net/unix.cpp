@@ -47,7 +47,8 @@ result<unix_listener> unix_listener::bind(const address& path, const listen_opti
 }
 
 task<result<unix_stream>> unix_listener::accept(std::stop_token token) {
-    result<detail::accepted> a = co_await detail::accept_from(fd_for_io(), std::move(token));
+    fd_for_io();
+    result<detail::accepted> a = co_await detail::accept_from(m_fd, std::move(token));
     if (!a) co_return a.error();
     co_return unix_stream(std::move(a->fd));
 }

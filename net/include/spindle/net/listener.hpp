@@ -31,8 +31,10 @@ struct accepted {
 
 /// Binds and listens on a new socket of `type` for `at`.
 result<unique_fd> listen_on(const address& at, const listen_options& options);
-/// The accept loop described above.
-task<result<accepted>> accept_from(int listen_fd, std::stop_token token);
+/// The accept loop described above, on the listening descriptor `listener`,
+/// which must outlive the call. Closing it ends the call with
+/// operation_canceled, during a back-off too.
+task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token token);
 
 }  // namespace detail
 

@@ -1,0 +1,637 @@
+// with_timeout and with_deadline (spindle/timeout.hpp): deadlines on raw I/O,
+// on tasks doing several waits, on sleeps and connects; nesting; results that
+// win the race against the timer; stop_token cancellation; and frames
+// destroyed while a deadline is armed.
+
+#include "net_support.hpp"
+
+#include <spindle/net/tcp.hpp>
+#include <spindle/net/unix.hpp>
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <thread>
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using spindle::loop;
+using spindle::result;
+using spindle::task;
+using spindle::with_deadline;
+using spindle::with_timeout;
+using spindle::test::bytes_of;
+using spindle::test::counted;
+using spindle::test::pipe_pair;
+using spindle::test::run_with_watchdog;
+using spindle::test::text_of;
+namespace net = spindle::net;
+
+namespace {
+
+/// What one timed operation ended with.
+struct outcome {
+    bool done = false;
+    bool has_value = false;
+    std::size_t value = 0;
+    std::error_code error;
+    steady::duration elapsed{};
+
+    void take(const result<std::size_t>& r, steady::time_point start) {
+        done = true;
+        has_value = r.has_value();
+        if (r) value = *r;
+        error = r.error();
+        elapsed = steady::now() - start;
+    }
+};
+
+// --- raw awaiter, task, sleep ----------------------------------------------------
+
+task<void> raw_read_with_timeout(int fd, outcome& o) {
+    std::array<std::byte, 8> buf{};
+    const auto start = steady::now();
+    o.take(co_await with_timeout(50ms, spindle::read(fd, buf)), start);
+}
+
+struct steps_state {
+    int finished_waits = 0;
+    std::error_code inner_saw;
+    outcome outer;
+};
+
+/// Two sleeps that finish, then a read that never does.
+task<result<std::size_t>> several_waits(int fd, steps_state& s) {
+    if (auto e = co_await spindle::sleep_for(10ms)) co_return e;
+    ++s.finished_waits;
+    if (auto e = co_await spindle::sleep_for(10ms)) co_return e;
+    ++s.finished_waits;
+    std::array<std::byte, 8> buf{};
+    result<std::size_t> r = co_await spindle::read(fd, buf);
+    s.inner_saw = r.error();
+    co_return r;
+}
+
+task<void> several_waits_main(int fd, steps_state& s) {
+    const auto start = steady::now();
+    s.outer.take(co_await with_timeout(100ms, several_waits(fd, s)), start);
+}
+
+struct later_waits_state {
+    std::error_code first;
+    std::error_code second_sleep;
+    std::optional<std::size_t> ready_read;
+    std::error_code outer;
+};
+
+/// After its first wait was cancelled by the deadline, the task goes on
+/// waiting: a wait that parks is cancelled at once; an operation that
+/// completes without parking still completes.
+task<result<std::size_t>> keeps_waiting(int fd, int wfd, later_waits_state& s) {
+    std::array<std::byte, 8> buf{};
+    s.first = (co_await spindle::read(fd, buf)).error();
+    s.second_sleep = co_await spindle::sleep_for(1h);
+    REQUIRE(::write(wfd, "r", 1) == 1);
+    result<std::size_t> r = co_await spindle::read(fd, buf);
+    if (r) s.ready_read = *r;
+    co_return r;
+}
+
+task<void> keeps_waiting_main(int fd, int wfd, later_waits_state& s) {
+    result<std::size_t> r = co_await with_timeout(30ms, keeps_waiting(fd, wfd, s));
+    s.outer = r.error();
+}
+
+struct sleep_state {
+    std::error_code long_sleep;
+    std::error_code short_sleep;
+    std::error_code after;
+    steady::duration long_took{};
+};
+
+task<void> sleep_main(sleep_state& s) {
+    const auto start = steady::now();
+    s.long_sleep = co_await with_timeout(30ms, spindle::sleep_for(10s));
+    s.long_took = steady::now() - start;
+    s.short_sleep = co_await with_timeout(10s, spindle::sleep_for(10ms));
+    // Both deadlines are gone: a plain sleep afterwards runs its course.
+    s.after = co_await spindle::sleep_for(20ms);
+}
+
+// --- nesting -------------------------------------------------------------------------
+
+struct nested_state {
+    outcome inner_shorter;
+    outcome outer_shorter;
+    std::error_code after;
+};
+
+task<void> nested_main(int fd, nested_state& s) {
+    std::array<std::byte, 8> buf{};
+    auto start = steady::now();
+    s.inner_shorter.take(co_await with_timeout(10s, with_timeout(30ms, spindle::read(fd, buf))), start);
+    start = steady::now();
+    s.outer_shorter.take(co_await with_timeout(30ms, with_timeout(10s, spindle::read(fd, buf))), start);
+    // Neither scope is left open: a later wait is not cancelled.
+    s.after = co_await spindle::sleep_for(50ms);
+}
+
+struct nested_task_state {
+    std::error_code inner_saw;
+    std::error_code outer_got;
+    std::error_code first_inner;
+    std::error_code second_wait;
+    std::error_code outer_after_inner;
+};
+
+/// Opens a long deadline of its own inside the caller's shorter one.
+task<result<std::size_t>> inner_long_deadline(int fd, nested_task_state& s) {
+    std::array<std::byte, 8> buf{};
+    result<std::size_t> r = co_await with_timeout(10s, spindle::read(fd, buf));
+    s.inner_saw = r.error();
+    co_return r;
+}
+
+/// Its own short deadline expires first; the caller's expires on a later wait.
+task<result<std::size_t>> inner_expires_first(int fd, nested_task_state& s) {
+    std::array<std::byte, 8> buf{};
+    result<std::size_t> first = co_await with_timeout(20ms, spindle::read(fd, buf));
+    s.first_inner = first.error();
+    result<std::size_t> second = co_await spindle::read(fd, buf);
+    s.second_wait = second.error();
+    co_return second;
+}
+
+task<void> nested_tasks_main(int fd, nested_task_state& s) {
+    s.outer_got = (co_await with_timeout(30ms, inner_long_deadline(fd, s))).error();
+    s.outer_after_inner = (co_await with_timeout(150ms, inner_expires_first(fd, s))).error();
+}
+
+// --- results that win -----------------------------------------------------------------
+
+struct kept_state {
+    outcome zero_deadline;
+    outcome same_tick;
+    std::string same_tick_bytes;
+    bool parked = false;
+    std::error_code after;
+};
+
+task<void> same_tick_reader(int fd, kept_state& s) {
+    std::array<std::byte, 8> buf{};
+    s.parked = true;
+    const auto start = steady::now();
+    result<std::size_t> r = co_await with_timeout(30ms, spindle::read(fd, buf));
+    s.same_tick.take(r, start);
+    if (r) s.same_tick_bytes = text_of(std::span(buf).first(*r));
+    // The expired scope closed with the read: later waits are not cancelled.
+    s.after = co_await spindle::sleep_for(20ms);
+}
+
+task<void> kept_main(int rfd, int wfd, kept_state& s) {
+    // Bytes already there, a deadline of zero: the read completes inside
+    // co_await, before any timer can run.
+    REQUIRE(::write(wfd, "now", 3) == 3);
+    std::array<std::byte, 8> buf{};
+    const auto start = steady::now();
+    s.zero_deadline.take(co_await with_timeout(0ms, spindle::read(rfd, buf)), start);
+
+    // The reader parks; then the bytes arrive and the deadline passes while the
+    // loop is busy, so the next poll completes the read and the same tick's
+    // timer phase fires the deadline. The read came first and keeps its bytes.
+    auto reader = loop::current().spawn(same_tick_reader(rfd, s));
+    co_await spindle::yield();  // the reader runs and parks
+    REQUIRE(s.parked);
+    REQUIRE_FALSE(reader.done());
+    REQUIRE(::write(wfd, "late", 4) == 4);
+    std::this_thread::sleep_for(60ms);  // blocks the loop past the deadline
+    co_await reader;
+}
+
+// --- streams and connects -------------------------------------------------------------
+
+struct stream_state {
+    outcome timed;
+    std::string next_read;
+    std::string peer_got;
+    bool open_after = false;
+};
+
+task<void> stream_after_timeout(net::unix_stream& a, net::unix_stream& b, stream_state& s) {
+    std::array<std::byte, 16> buf{};
+    const auto start = steady::now();
+    s.timed.take(co_await with_timeout(30ms, a.read_some(buf)), start);
+    s.open_after = a.is_open();
+    // The peer writes now: the next read gets exactly these bytes, nothing was
+    // lost to the read that timed out.
+    result<void> w = co_await b.write_all(bytes_of("after"));
+    REQUIRE(w.has_value());
+    result<std::size_t> r = co_await a.read_some(buf);
+    REQUIRE(r.has_value());
+    s.next_read = text_of(std::span(buf).first(*r));
+    // And the stream still writes.
+    w = co_await a.write_all(bytes_of("back"));
+    REQUIRE(w.has_value());
+    r = co_await b.read_some(buf);
+    REQUIRE(r.has_value());
+    s.peer_got = text_of(std::span(buf).first(*r));
+}
+
+task<void> connect_with_timeout(net::address to, outcome& o) {
+    const auto start = steady::now();
+    result<net::tcp_stream> s = co_await with_timeout(100ms, net::tcp_stream::connect(to));
+    o.done = true;
+    o.has_value = s.has_value();
+    o.error = s.error();
+    o.elapsed = steady::now() - start;
+}
+
+// --- stop_token ------------------------------------------------------------------------
+
+task<void> stop_later(std::stop_source& source) {
+    co_await spindle::sleep_for(20ms);
+    source.request_stop();
+}
+
+task<std::error_code> sleep_with_token(std::stop_token token) {
+    co_return co_await spindle::sleep_for(1h, std::move(token));
+}
+
+struct token_state {
+    outcome raw;
+    std::error_code in_task;
+    std::error_code sleep;
+};
+
+task<void> token_main(int fd, token_state& s) {
+    loop& l = loop::current();
+    std::array<std::byte, 8> buf{};
+    {
+        std::stop_source source;
+        auto stopper = l.spawn(stop_later(source));
+        const auto start = steady::now();
+        s.raw.take(co_await with_timeout(10s, spindle::read(fd, buf, source.get_token())), start);
+        co_await stopper;
+    }
+    {
+        std::stop_source source;
+        auto stopper = l.spawn(stop_later(source));
+        s.in_task = co_await with_timeout(10s, sleep_with_token(source.get_token()));
+        co_await stopper;
+    }
+    {
+        std::stop_source source;
+        auto stopper = l.spawn(stop_later(source));
+        s.sleep = co_await with_timeout(10s, spindle::sleep_for(1h, source.get_token()));
+        co_await stopper;
+    }
+}
+
+// --- operations that throw ------------------------------------------------------------
+
+/// Reports a cancelled read by throwing, as value() does.
+task<std::size_t> read_or_throw(int fd) {
+    std::array<std::byte, 8> buf{};
+    result<std::size_t> r = co_await spindle::read(fd, buf);
+    co_return r.value();
+}
+
+task<void> throws_logic_error() {
+    co_await spindle::yield();
+    throw std::logic_error("not a cancellation");
+}
+
+struct throw_state {
+    std::error_code converted;
+    std::string logic;
+    std::error_code after_sleep{std::make_error_code(std::errc::io_error)};
+    std::error_code after_timeout;
+};
+
+task<void> throwing_main(int fd, throw_state& s) {
+    try {
+        (void)co_await with_timeout(20ms, read_or_throw(fd));
+    } catch (const std::system_error& e) {
+        s.converted = e.code();
+    }
+    // Any other exception passes unchanged, here through two scopes awaited
+    // directly one inside the other.
+    try {
+        co_await with_timeout(10s, with_timeout(10s, throws_logic_error()));
+    } catch (const std::logic_error& e) {
+        s.logic = e.what();
+    }
+    // Both scopes closed: a plain wait runs its course, a new deadline works.
+    s.after_sleep = co_await spindle::sleep_for(20ms);
+    std::array<std::byte, 8> buf{};
+    s.after_timeout = (co_await with_timeout(20ms, spindle::read(fd, buf))).error();
+}
+
+// --- frames destroyed inside with_timeout ---------------------------------------------
+
+struct parked_state {
+    bool parked = false;
+    int resumed = 0;
+};
+
+task<result<std::size_t>> nested_parked(int fd, parked_state& s) {
+    counted c;
+    std::array<std::byte, 8> buf{};
+    s.parked = true;
+    result<std::size_t> r = co_await with_timeout(10s, spindle::read(fd, buf));
+    ++s.resumed;
+    co_return r;
+}
+
+/// Parks inside a with_timeout around a task that parks inside another.
+task<void> parked_inside_timeouts(int fd, parked_state& s, std::chrono::milliseconds outer) {
+    counted c;
+    result<std::size_t> r = co_await with_timeout(outer, nested_parked(fd, s));
+    ++s.resumed;
+    (void)r;
+}
+
+struct abort_state {
+    bool done_after_abort = false;
+    int alive_after_abort = -1;
+    bool join_threw_cancelled = false;
+    std::error_code later_sleep;
+};
+
+task<void> abort_main(int fd, parked_state& p, abort_state& a) {
+    loop& l = loop::current();
+    // The outer deadline (50 ms) is still armed when the frame goes at 10 ms;
+    // the main task then outlives it by far: a timer left behind would fire
+    // into freed memory.
+    auto victim = l.spawn(parked_inside_timeouts(fd, p, 50ms), "victim");
+    co_await spindle::sleep_for(10ms);
+    REQUIRE(p.parked);
+    victim.abort();
+    a.done_after_abort = victim.done();
+    a.alive_after_abort = counted::alive;
+    a.later_sleep = co_await spindle::sleep_for(100ms);
+    try {
+        co_await victim;
+    } catch (const std::system_error& e) {
+        a.join_threw_cancelled = e.code() == std::errc::operation_canceled;
+    }
+}
+
+/// The deadline fires and makes the victim ready; before it resumes, the main
+/// task (woken by a timer of the same deadline, inserted earlier, so it runs
+/// first) destroys it.
+task<void> abort_when_ready_main(int fd, parked_state& p, abort_state& a) {
+    loop& l = loop::current();
+    const auto deadline = steady::now() + 30ms;
+    auto victim = l.spawn(
+        [](int fd, parked_state& p, steady::time_point deadline) -> task<void> {
+            counted c;
+            std::array<std::byte, 8> buf{};
+            p.parked = true;
+            result<std::size_t> r = co_await with_deadline(deadline, spindle::read(fd, buf));
+            ++p.resumed;
+            (void)r;
+        }(fd, p, deadline),
+        "victim");
+    co_await spindle::sleep_until(deadline);
+    REQUIRE(p.parked);
+    REQUIRE_FALSE(victim.done());
+    victim.abort();
+    a.done_after_abort = victim.done();
+    a.alive_after_abort = counted::alive;
+    a.later_sleep = co_await spindle::sleep_for(20ms);
+}
+
+task<void> other_task_sleeps(std::error_code& e) { e = co_await spindle::sleep_for(60ms); }
+
+task<void> independent_main(int fd, outcome& timed, std::error_code& other) {
+    auto sleeper = loop::current().spawn(other_task_sleeps(other));
+    std::array<std::byte, 8> buf{};
+    const auto start = steady::now();
+    timed.take(co_await with_timeout(20ms, spindle::read(fd, buf)), start);
+    co_await sleeper;
+}
+
+}  // namespace
+
+// =====================================================================================
+
+TEST_CASE("with_timeout: a raw read that gets nothing ends with timed_out, not before its deadline", "[timeout]") {
+    pipe_pair p;
+    outcome o;
+    loop l;
+    run_with_watchdog(l, raw_read_with_timeout(p.r, o));
+    REQUIRE(o.done);
+    CHECK_FALSE(o.has_value);
+    CHECK(o.error == std::errc::timed_out);
+    CHECK(o.elapsed >= 50ms);  // a deadline never fires early
+    // Nothing was read: the byte written now is the first the pipe gives.
+    REQUIRE(p.put('z'));
+    char c = 0;
+    REQUIRE(::read(p.r, &c, 1) == 1);
+    CHECK(c == 'z');
+    CHECK_FALSE(l.has_work());
+}
+
+TEST_CASE("with_timeout: a task doing several waits is cancelled in the wait it is parked on", "[timeout]") {
+    pipe_pair p;
+    steps_state s;
+    loop l;
+    run_with_watchdog(l, several_waits_main(p.r, s));
+    CHECK(s.finished_waits == 2);  // the sleeps before the deadline ran their course
+    // Inside the scope the cancelled wait reports operation_canceled; the
+    // with_timeout that expired turns it into timed_out.
+    CHECK(s.inner_saw == std::errc::operation_canceled);
+    CHECK_FALSE(s.outer.has_value);
+    CHECK(s.outer.error == std::errc::timed_out);
+    CHECK(s.outer.elapsed >= 100ms);
+}
+
+TEST_CASE("with_timeout: once expired, later waits in the scope are cancelled as soon as they park", "[timeout]") {
+    pipe_pair p;
+    later_waits_state s;
+    loop l;
+    run_with_watchdog(l, keeps_waiting_main(p.r, p.w, s));
+    CHECK(s.first == std::errc::operation_canceled);
+    CHECK(s.second_sleep == std::errc::operation_canceled);
+    // A read that finds its byte never parks, so it completes.
+    REQUIRE(s.ready_read.has_value());
+    CHECK(*s.ready_read == 1u);
+    CHECK_FALSE(s.outer);  // the task's own result (a success) is kept
+}
+
+TEST_CASE("with_timeout: on a sleep, timed_out when the sleep is longer, success when shorter", "[timeout]") {
+    sleep_state s;
+    loop l;
+    run_with_watchdog(l, sleep_main(s));
+    CHECK(s.long_sleep == std::errc::timed_out);
+    CHECK(s.long_took >= 30ms);
+    CHECK_FALSE(s.short_sleep);
+    CHECK_FALSE(s.after);
+    CHECK_FALSE(l.has_work());  // no timer left armed
+}
+
+TEST_CASE("with_timeout: nested, whichever deadline is shorter ends the operation with timed_out", "[timeout]") {
+    pipe_pair p;
+    nested_state s;
+    loop l;
+    run_with_watchdog(l, nested_main(p.r, s));
+    CHECK_FALSE(s.inner_shorter.has_value);
+    CHECK(s.inner_shorter.error == std::errc::timed_out);
+    CHECK(s.inner_shorter.elapsed >= 30ms);
+    CHECK_FALSE(s.outer_shorter.has_value);
+    CHECK(s.outer_shorter.error == std::errc::timed_out);
+    CHECK(s.outer_shorter.elapsed >= 30ms);
+    CHECK_FALSE(s.after);
+}
+
+TEST_CASE("with_timeout: nested in tasks, only the scope that expired reports timed_out", "[timeout]") {
+    pipe_pair p;
+    nested_task_state s;
+    loop l;
+    run_with_watchdog(l, nested_tasks_main(p.r, s));
+    // Outer 30 ms around an inner 10 s: the inner scope did not expire, so the
+    // inner with_timeout passes operation_canceled on; the outer one converts it.
+    CHECK(s.inner_saw == std::errc::operation_canceled);
+    CHECK(s.outer_got == std::errc::timed_out);
+    // Inner 20 ms inside outer 150 ms: the inner one times out first, the task
+    // goes on, and its next wait is cancelled by the outer deadline.
+    CHECK(s.first_inner == std::errc::timed_out);
+    CHECK(s.second_wait == std::errc::operation_canceled);
+    CHECK(s.outer_after_inner == std::errc::timed_out);
+}
+
+TEST_CASE("with_timeout: an operation that completed first keeps its result, even in the deadline's tick", "[timeout]") {
+    pipe_pair p;
+    kept_state s;
+    loop l;
+    run_with_watchdog(l, kept_main(p.r, p.w, s));
+    REQUIRE(s.zero_deadline.has_value);
+    CHECK(s.zero_deadline.value == 3u);
+    REQUIRE(s.same_tick.done);
+    CHECK(s.same_tick.elapsed >= 30ms);  // the deadline had passed when it resumed
+    REQUIRE(s.same_tick.has_value);
+    CHECK(s.same_tick.value == 4u);
+    CHECK(s.same_tick_bytes == "late");
+    CHECK_FALSE(s.after);
+}
+
+TEST_CASE("with_timeout: an operation that throws operation_canceled when cut off throws timed_out; other exceptions pass",
+          "[timeout]") {
+    pipe_pair p;
+    throw_state s;
+    loop l;
+    run_with_watchdog(l, throwing_main(p.r, s));
+    CHECK(s.converted == std::errc::timed_out);
+    CHECK(s.logic == "not a cancellation");
+    CHECK_FALSE(s.after_sleep);
+    CHECK(s.after_timeout == std::errc::timed_out);
+}
+
+TEST_CASE("with_timeout: a stream read that timed out consumed nothing and leaves the stream open for more reads and writes",
+          "[timeout][net]") {
+    stream_state s;
+    loop l;
+    auto pair = net::unix_stream::pair();
+    REQUIRE(pair.has_value());
+    run_with_watchdog(l, stream_after_timeout(pair->first, pair->second, s));
+    CHECK_FALSE(s.timed.has_value);
+    CHECK(s.timed.error == std::errc::timed_out);
+    CHECK(s.open_after);
+    CHECK(s.next_read == "after");
+    CHECK(s.peer_got == "back");
+}
+
+TEST_CASE("with_timeout: around a connect that the peer never completes", "[timeout][net]") {
+    spindle::test::full_listener full;
+    if (!full.ready) NET_SKIP("the kernel completed every connect to a listener with backlog 0");
+    outcome o;
+    loop l;
+    run_with_watchdog(l, connect_with_timeout(full.addr, o));
+    REQUIRE(o.done);
+    CHECK_FALSE(o.has_value);
+    CHECK(o.error == std::errc::timed_out);
+    CHECK(o.elapsed >= 100ms);
+}
+
+TEST_CASE("with_timeout: a stop_token cancellation inside it stays operation_canceled", "[timeout][cancel]") {
+    pipe_pair p;
+    token_state s;
+    loop l;
+    run_with_watchdog(l, token_main(p.r, s));
+    CHECK_FALSE(s.raw.has_value);
+    CHECK(s.raw.error == std::errc::operation_canceled);
+    CHECK(s.in_task == std::errc::operation_canceled);
+    CHECK(s.sleep == std::errc::operation_canceled);
+}
+
+TEST_CASE("with_timeout: one task's deadline does not touch another task's waits", "[timeout]") {
+    pipe_pair p;
+    outcome timed;
+    std::error_code other{std::make_error_code(std::errc::io_error)};
+    loop l;
+    run_with_watchdog(l, independent_main(p.r, timed, other));
+    CHECK(timed.error == std::errc::timed_out);
+    CHECK_FALSE(other);
+}
+
+TEST_CASE("with_timeout: a task aborted while parked inside nested timeouts leaves no timer or wait behind", "[timeout][lifetime]") {
+    pipe_pair p;
+    parked_state ps;
+    abort_state as;
+    counted::alive = 0;
+    {
+        loop l;
+        run_with_watchdog(l, abort_main(p.r, ps, as));
+        CHECK_FALSE(l.has_work());
+    }
+    CHECK(as.done_after_abort);
+    CHECK(as.alive_after_abort == 0);
+    CHECK(ps.resumed == 0);
+    CHECK_FALSE(as.later_sleep);  // the main task's own sleep was not cancelled
+    CHECK(as.join_threw_cancelled);
+    // The aborted read took nothing.
+    REQUIRE(p.put('k'));
+    char c = 0;
+    REQUIRE(::read(p.r, &c, 1) == 1);
+    CHECK(c == 'k');
+}
+
+TEST_CASE("with_timeout: a task aborted after its deadline fired but before it resumed", "[timeout][lifetime]") {
+    pipe_pair p;
+    parked_state ps;
+    abort_state as;
+    counted::alive = 0;
+    {
+        loop l;
+        run_with_watchdog(l, abort_when_ready_main(p.r, ps, as));
+        CHECK_FALSE(l.has_work());
+    }
+    CHECK(as.done_after_abort);
+    CHECK(as.alive_after_abort == 0);
+    CHECK(ps.resumed == 0);
+    CHECK_FALSE(as.later_sleep);
+}
+
+TEST_CASE("with_timeout: a loop destroyed while tasks are parked inside timeouts frees their frames", "[timeout][lifetime]") {
+    pipe_pair p;
+    parked_state short_deadline, long_deadline;
+    counted::alive = 0;
+    {
+        loop l;
+        // Detached: the loop owns them, and destroys them parked.
+        l.spawn(parked_inside_timeouts(p.r, short_deadline, 20ms)).detach();
+        l.spawn(parked_inside_timeouts(p.r, long_deadline, 10s)).detach();
+        for (int i = 0; i < 100 && !(short_deadline.parked && long_deadline.parked); ++i) l.run_once(1ms);
+        REQUIRE(short_deadline.parked);
+        REQUIRE(long_deadline.parked);
+        CHECK(counted::alive == 4);
+    }
+    CHECK(counted::alive == 0);
+    CHECK(short_deadline.resumed == 0);
+    CHECK(long_deadline.resumed == 0);
+}
