@@ -7,6 +7,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
 #include <optional>
 #include <system_error>
 #include <unordered_map>
@@ -41,6 +44,27 @@ service_options parse_service_options(int argc, char** argv, const service_info&
 /// status 1, not a crash.
 template <class MakeMain>
 int run_service_loop(const loop_options& options, MakeMain make_main);
+
+/// What a request/response protocol made of one batch of input.
+struct batch_outcome {
+    std::size_t consumed = 0;  ///< bytes of input handled; dropped from the front
+    std::string_view reply;    ///< bytes to write, all at once
+    bool close = false;        ///< close once the reply is written
+};
+
+/// The connection loop of a pipelined request/response protocol: one read,
+/// `handle(std::string_view unconsumed_input) -> batch_outcome` over everything
+/// buffered, one write of its reply, then the consumed bytes are dropped. The
+/// read buffer (16 KiB, grown only for a request larger than that) lives as
+/// long as the connection, so a request in steady state allocates nothing.
+/// With `linger`, a close asked for by `handle` half-closes and drains what
+/// the peer still sends (briefly) so the reply is not lost to a reset.
+template <class Handle>
+task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle handle, bool linger);
+
+/// Half-closes `stream` and reads what the peer still sends, for at most
+/// 500 ms and 1 MiB, so the last reply reaches it before the close.
+task<void> close_gracefully(net::tcp_stream& stream, std::span<std::byte> scratch, std::stop_token stop);
 
 /// Until `stop` is requested, prints the loop's task dump to stderr on each
 /// SIGUSR1: what every connection waits on, and for how long.
@@ -103,6 +127,40 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     co_await signals;
     co_await dumps;
     co_return 0;
+}
+
+template <class Handle>
+task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle handle, bool linger) {
+    constexpr std::size_t initial_size = 16 * 1024;
+    (void)stream.set_nodelay(true);
+    std::unique_ptr<char[]> in(new char[initial_size]);
+    std::size_t capacity = initial_size;
+    std::size_t used = 0;
+    for (;;) {
+        if (used == capacity) {
+            // A request larger than the buffer: its parser bounds it.
+            std::unique_ptr<char[]> bigger(new char[capacity * 2]);
+            std::memcpy(bigger.get(), in.get(), used);
+            in = std::move(bigger);
+            capacity *= 2;
+        }
+        result<std::size_t> n =
+            co_await stream.read_some(std::as_writable_bytes(std::span(in.get() + used, capacity - used)), stop);
+        if (!n || *n == 0) co_return;  // closed, reset, or the server is stopping
+        used += *n;
+
+        const batch_outcome batch = handle(std::string_view(in.get(), used));
+        if (!batch.reply.empty()) {
+            auto reply = std::as_bytes(std::span(batch.reply.data(), batch.reply.size()));
+            if (result<void> w = co_await stream.write_all(reply, stop); !w) co_return;
+        }
+        if (batch.close) {
+            if (linger) co_await close_gracefully(stream, std::as_writable_bytes(std::span(in.get(), capacity)), stop);
+            co_return;
+        }
+        used -= batch.consumed;
+        if (used > 0 && batch.consumed > 0) std::memmove(in.get(), in.get() + batch.consumed, used);
+    }
 }
 
 template <class MakeMain>

@@ -10,50 +10,25 @@
 #include "resp_protocol.hpp"
 #include "service.hpp"
 
-#include <cstring>
-#include <memory>
-
 using namespace spindle;
 using namespace spindle::examples;
 
 namespace {
 
-constexpr std::size_t read_buffer_size = 16 * 1024;
-
 resp::store g_store;
 
 task<void> serve_connection(net::tcp_stream stream, std::stop_token stop) {
-    (void)stream.set_nodelay(true);
-    std::unique_ptr<char[]> in(new char[read_buffer_size]);
-    std::size_t capacity = read_buffer_size;
-    std::size_t used = 0;
     resp::output_buffer out;
+    // Remembers a command cut by the end of a read, so it is scanned once.
     resp::request_parser parser;
-    for (;;) {
-        if (used == capacity) {
-            // A command larger than the buffer (a big SET): grow to hold it.
-            // The parser refuses bulk lengths above Redis's own limit.
-            std::unique_ptr<char[]> bigger(new char[capacity * 2]);
-            std::memcpy(bigger.get(), in.get(), used);
-            in = std::move(bigger);
-            capacity *= 2;
-        }
-        result<std::size_t> n =
-            co_await stream.read_some(std::as_writable_bytes(std::span(in.get() + used, capacity - used)), stop);
-        if (!n || *n == 0) break;
-        used += *n;
-
-        out.clear();
-        resp::batch_result batch = resp::handle_batch(std::string_view(in.get(), used), g_store, out, parser);
-        if (!out.empty()) {
-            std::string_view reply = out.view();
-            if (result<void> w = co_await stream.write_all(std::as_bytes(std::span(reply.data(), reply.size())), stop); !w)
-                break;
-        }
-        if (batch.close) break;
-        used -= batch.consumed;
-        if (used > 0 && batch.consumed > 0) std::memmove(in.get(), in.get() + batch.consumed, used);
-    }
+    co_await serve_batches(
+        stream, stop,
+        [&](std::string_view input) {
+            out.clear();
+            resp::batch_result batch = resp::handle_batch(input, g_store, out, parser);
+            return batch_outcome{batch.consumed, out.view(), batch.close};
+        },
+        /*linger=*/false);
 }
 
 }  // namespace
