@@ -317,7 +317,7 @@ void loop::tick(std::chrono::nanoseconds max_wait) {
         // waiting and, if nothing is ready, move the clock to the deadline.
         if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && m_fired.empty() &&
             m_posted.load(std::memory_order_acquire) == m_posts_run)
-            advance_virtual_time();
+            advance_virtual_time(max_wait);
     } else {
         poll_os(timeout);
     }
@@ -350,12 +350,13 @@ std::chrono::nanoseconds loop::poll_timeout(std::chrono::nanoseconds max_wait) {
     return std::min(until, max_wait);
 }
 
-void loop::advance_virtual_time() noexcept {
+void loop::advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept {
     const std::int64_t deadline = m_timers.next_deadline();
     if (deadline == detail::timer_queue::no_deadline) {
         // Nothing waits on time: only the OS (or another thread) can make
-        // progress, so wait for it for real.
-        poll_os(std::chrono::nanoseconds(-1));
+        // progress, so wait for it for real, as long as the caller allows
+        // (run_once's limit is real time: the virtual clock cannot move).
+        poll_os(max_wait);
         return;
     }
     m_virtual_ns = std::max(m_virtual_ns, deadline);

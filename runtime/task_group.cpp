@@ -5,6 +5,13 @@ namespace spindle {
 class task_group::join_wait {
 public:
     explicit join_wait(task_group& group) noexcept : m_group(group) {}
+    join_wait(const join_wait&) = delete;
+    join_wait& operator=(const join_wait&) = delete;
+    // Destroyed while parked (the joiner was aborted, its header maybe freed):
+    // the group, which may live on, must not wake it when the children finish.
+    ~join_wait() {
+        if (m_task && m_group.m_joiner == m_task) m_group.m_joiner = nullptr;
+    }
     bool await_ready() const noexcept { return m_group.m_running == 0; }
     void await_suspend(std::coroutine_handle<> h) {
         m_task = &detail::current_task();
@@ -29,10 +36,15 @@ private:
 task_group::~task_group() {
     // Children still running would outlive the state they refer to: destroy
     // them now (a child cannot destroy itself, so one that is running the
-    // destructor is left to finish, its handle detached).
-    for (join_handle<void>& child : m_children) {
-        detail::task_header* h = child.header_ptr();
-        if (h && h->m_status == detail::task_status::running && h != h->m_loop->running_task()) child.abort();
+    // destructor is left to finish, its handle detached, told that the group
+    // is gone).
+    for (child& c : m_children) {
+        detail::task_header* h = c.handle.header_ptr();
+        if (!h || h->m_status != detail::task_status::running) continue;
+        if (h != h->m_loop->running_task())
+            c.handle.abort();
+        else if (c.group)
+            *c.group = nullptr;
     }
 }
 
@@ -47,7 +59,7 @@ task<void> task_group::join() {
 
 void task_group::cancel() noexcept {
     m_cancelled = true;
-    for (join_handle<void>& child : m_children) child.cancel();
+    for (child& c : m_children) c.handle.cancel();
 }
 
 void task_group::child_done(child_list::iterator self) noexcept {

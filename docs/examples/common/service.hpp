@@ -106,6 +106,11 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
                      listener.error().message().c_str());
         co_return 1;
     }
+    // Catch the signals before saying we listen: a supervisor may signal as
+    // soon as it reads that line, before the tasks that wait for them run.
+    loop::current().catch_signal(SIGINT);
+    loop::current().catch_signal(SIGTERM);
+    loop::current().catch_signal(SIGUSR1);
     std::printf("%.*s listening on %s\n", static_cast<int>(name.size()), name.data(), listener->local_address()->to_string().c_str());
     std::fflush(stdout);
 

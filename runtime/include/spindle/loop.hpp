@@ -172,7 +172,7 @@ private:
     void run_until_done(const detail::task_header& t);
     void run_posts();
     int poll_os(std::chrono::nanoseconds timeout);
-    void advance_virtual_time() noexcept;
+    void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
     void dispatch_watchers();
     void wake_idle_waiters() noexcept;
     void register_task(detail::task_header& t, std::coroutine_handle<> frame);

@@ -33,9 +33,9 @@ public:
     void spawn(task<T> t, std::string name = {}) {
         auto it = m_children.emplace(m_children.end());
         ++m_running;
-        *it = loop::current().spawn(run_child(std::move(t), it), std::move(name));
+        it->handle = loop::current().spawn(run_child(std::move(t), this, it), std::move(name));
         // A group already cancelled cancels newcomers too.
-        if (m_cancelled) it->cancel();
+        if (m_cancelled) it->handle.cancel();
     }
 
     /// Waits until every child has finished, then rethrows the first failure.
@@ -50,19 +50,28 @@ public:
     std::size_t size() const noexcept { return m_running; }
 
 private:
-    using child_list = std::list<join_handle<void>>;
+    struct child {
+        join_handle<void> handle;
+        // The running child's pointer to its group, in its own frame.
+        task_group** group = nullptr;
+    };
+    using child_list = std::list<child>;
 
+    // A child may outlive its group: one that destroys the group (say, by
+    // aborting the task whose frame holds it) cannot be aborted while it
+    // runs, so the destructor clears `group` and the child finishes alone.
     template <class T>
-    task<void> run_child(task<T> t, child_list::iterator self) {
+    static task<void> run_child(task<T> t, task_group* group, child_list::iterator self) {
+        self->group = &group;
         try {
             co_await std::move(t);
         } catch (...) {
-            if (!m_error) {
-                m_error = std::current_exception();
-                cancel();
+            if (group && !group->m_error) {
+                group->m_error = std::current_exception();
+                group->cancel();
             }
         }
-        child_done(self);
+        if (group) group->child_done(self);
     }
     void child_done(child_list::iterator self) noexcept;
 

@@ -87,7 +87,8 @@ private:
 /// A fixed-rate clock for a task: `co_await iv.tick()` resumes at start + k·period.
 class interval {
 public:
-    explicit interval(clock::duration period, clock::time_point first = clock::now())
+    /// `first` defaults to the loop's now (its virtual clock under virtual time).
+    explicit interval(clock::duration period, clock::time_point first = loop::now())
         : m_period(std::chrono::duration_cast<std::chrono::nanoseconds>(period).count()),
           m_next(detail::to_ns(first)) {
         if (m_period <= 0) throw std::invalid_argument("spindle::interval: period must be positive");

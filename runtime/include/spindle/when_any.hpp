@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -52,6 +53,13 @@ public:
     class wait {
     public:
         explicit wait(race_base& race) noexcept : m_race(race) {}
+        wait(const wait&) = delete;
+        wait& operator=(const wait&) = delete;
+        // Destroyed while parked (the awaiting task was aborted): a child that
+        // runs on must not wake the dead task.
+        ~wait() {
+            if (m_task && m_race.m_waiter == m_task) m_race.m_waiter = nullptr;
+        }
         bool await_ready() const noexcept { return m_race.decided(); }
         void await_suspend(std::coroutine_handle<> h) {
             m_task = &current_task();
@@ -85,7 +93,7 @@ private:
     std::size_t m_winner = no_winner;
     std::exception_ptr m_error;
     task_header* m_waiter = nullptr;
-    std::vector<task_header*> m_children;  // kept alive by the join handles
+    std::vector<task_header*> m_children;  // kept alive by the awaiting frame's join handles
 };
 
 template <class R>
@@ -107,8 +115,12 @@ private:
     std::optional<R> m_value;
 };
 
+// The race is shared with the entries: a child that aborts the awaiting task
+// cannot be aborted itself while it runs, so it finishes after the awaiting
+// frame is gone and must still find the race alive.
 template <std::size_t I, class R, class T>
-task<void> race_entry(task<T> t, race<R>& r) {
+task<void> race_entry(task<T> t, std::shared_ptr<race<R>> shared) {
+    race<R>& r = *shared;
     try {
         if constexpr (std::is_void_v<T>) {
             co_await std::move(t);
@@ -123,7 +135,8 @@ task<void> race_entry(task<T> t, race<R>& r) {
 }
 
 template <class R, class T>
-task<void> race_entry_at(task<T> t, race<R>& r, std::size_t index) {
+task<void> race_entry_at(task<T> t, std::shared_ptr<race<R>> shared, std::size_t index) {
+    race<R>& r = *shared;
     try {
         if constexpr (std::is_void_v<T>) {
             co_await std::move(t);
@@ -146,11 +159,12 @@ task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
     static_assert(sizeof...(T) > 0, "when_any needs at least one task");
     using result_type = std::variant<detail::non_void_t<T>...>;
     loop& l = loop::current();
-    detail::race<result_type> race;
+    auto shared = std::make_shared<detail::race<result_type>>();
+    detail::race<result_type>& race = *shared;
     std::vector<join_handle<void>> children;
     children.reserve(sizeof...(T));
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (children.push_back(l.spawn(detail::race_entry<I>(std::move(tasks), race), "when_any")), ...);
+        (children.push_back(l.spawn(detail::race_entry<I>(std::move(tasks), shared), "when_any")), ...);
     }(std::index_sequence_for<T...>{});
     detail::abort_children guard(children.size());
     for (auto& child : children) {
@@ -170,11 +184,12 @@ task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>
     if (tasks.empty()) throw std::invalid_argument("spindle: when_any of no tasks");
     using result_type = detail::non_void_t<T>;
     loop& l = loop::current();
-    detail::race<result_type> race;
+    auto shared = std::make_shared<detail::race<result_type>>();
+    detail::race<result_type>& race = *shared;
     std::vector<join_handle<void>> children;
     children.reserve(tasks.size());
     for (std::size_t i = 0; i < tasks.size(); ++i)
-        children.push_back(l.spawn(detail::race_entry_at(std::move(tasks[i]), race, i), "when_any"));
+        children.push_back(l.spawn(detail::race_entry_at(std::move(tasks[i]), shared, i), "when_any"));
     detail::abort_children guard(children.size());
     for (auto& child : children) {
         guard.add(child.header_ptr());
