@@ -61,10 +61,10 @@ TEST_CASE("address: longer IPv6 literals format in their canonical short form", 
     REQUIRE(a.has_value());
     CHECK(a->to_string() == "[2001:db8::1]:443");
     CHECK_FALSE(a->is_loopback());
-    auto mapped = address::parse("[::ffff:10.1.2.3]:7");
+    auto mapped = address::parse("[::ffff:127.1.2.3]:7");
     REQUIRE(mapped.has_value());
     CHECK(mapped->family() == address_family::ipv6);
-    CHECK(mapped->to_string() == "[::ffff:10.1.2.3]:7");
+    CHECK(mapped->to_string() == "[::ffff:127.1.2.3]:7");
 }
 
 TEST_CASE("address: an IPv6 zone is kept as an interface index", "[address]") {
@@ -175,17 +175,17 @@ TEST_CASE("address: invalid text is invalid_address", "[address]") {
 }
 
 TEST_CASE("address: ports 0 and 65535 are valid", "[address]") {
-    auto zero = address::parse("10.0.0.1:0");
+    auto zero = address::parse("127.0.0.9:0");
     REQUIRE(zero.has_value());
     CHECK(zero->port() == 0);
     auto top = address::parse("[::]:65535");
     REQUIRE(top.has_value());
     CHECK(top->port() == 65535);
     CHECK(top->to_string() == "[::]:65535");
-    auto padded = address::parse("10.0.0.1:00080");
+    auto padded = address::parse("127.0.0.1:00080");
     REQUIRE(padded.has_value());
     CHECK(padded->port() == 80);
-    CHECK(padded->to_string() == "10.0.0.1:80");
+    CHECK(padded->to_string() == "127.0.0.1:80");
 }
 
 TEST_CASE("address: from_ip takes a bare numeric host and a port", "[address]") {
@@ -230,7 +230,7 @@ TEST_CASE("address: is_loopback covers 127/8 and ::1 only", "[address]") {
     CHECK(address::parse("127.255.0.1:1")->is_loopback());
     CHECK(address::parse("127.0.0.2:1")->is_loopback());
     CHECK_FALSE(address::parse("128.0.0.1:1")->is_loopback());
-    CHECK_FALSE(address::parse("10.0.0.1:1")->is_loopback());
+    CHECK_FALSE(address::parse("192.0.2.1:1")->is_loopback());
     CHECK_FALSE(address::ipv4_any().is_loopback());
     CHECK_FALSE(address::ipv6_any().is_loopback());
     CHECK_FALSE(address::parse("[::2]:1")->is_loopback());
