@@ -90,4 +90,20 @@ struct counted {
     ~counted() { --alive; }
 };
 
+/// Runs ticks until `done()` holds; false if it does not within `limit`.
+template <class F>
+bool run_until(loop& l, F done, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+    const auto give_up = clock::now() + limit;
+    while (!done()) {
+        if (clock::now() > give_up) return false;
+        l.run_once(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+/// A few ticks without waiting: lets every ready task run to its next wait.
+inline void settle(loop& l, int ticks = 4) {
+    for (int i = 0; i < ticks; ++i) l.run_once(std::chrono::nanoseconds(0));
+}
+
 }  // namespace spindle::test

@@ -34,7 +34,9 @@ using spindle::when_any;
 using spindle::with_timeout;
 using spindle::test::counted;
 using spindle::test::pipe_pair;
+using spindle::test::run_until;
 using spindle::test::run_with_watchdog;
+using spindle::test::settle;
 
 namespace {
 
@@ -47,22 +49,6 @@ std::string how(std::error_code ec) {
     if (ec == std::errc::operation_canceled) return "canceled";
     if (ec == std::errc::timed_out) return "timed out";
     return ec.message();
-}
-
-/// Runs ticks until `done()` holds; false if it does not within `limit`.
-template <class F>
-bool run_until(loop& l, F done, std::chrono::milliseconds limit = 5s) {
-    const auto give_up = spindle::clock::now() + limit;
-    while (!done()) {
-        if (spindle::clock::now() > give_up) return false;
-        l.run_once(1ms);
-    }
-    return true;
-}
-
-/// A few ticks without waiting: lets every ready task run to its next wait.
-void settle(loop& l, int ticks = 4) {
-    for (int i = 0; i < ticks; ++i) l.run_once(0ns);
 }
 
 /// A child's number and how its wait ended.

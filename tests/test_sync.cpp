@@ -29,25 +29,11 @@ using spindle::result;
 using spindle::task;
 using spindle::with_timeout;
 using spindle::test::counted;
+using spindle::test::run_until;
 using spindle::test::run_with_watchdog;
+using spindle::test::settle;
 
 namespace {
-
-/// Runs ticks until `done()` holds; false if it does not within `limit`.
-template <class F>
-bool run_until(loop& l, F done, std::chrono::milliseconds limit = 5s) {
-    const auto give_up = spindle::clock::now() + limit;
-    while (!done()) {
-        if (spindle::clock::now() > give_up) return false;
-        l.run_once(1ms);
-    }
-    return true;
-}
-
-/// A few ticks without waiting: lets every ready task run to its next wait.
-void settle(loop& l, int ticks = 4) {
-    for (int i = 0; i < ticks; ++i) l.run_once(0ns);
-}
 
 const std::error_code no_error{};
 const std::error_code canceled = std::make_error_code(std::errc::operation_canceled);
