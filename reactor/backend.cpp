@@ -1,8 +1,13 @@
 #include "epoll_backend.hpp"
+#if SPINDLE_HAVE_IO_URING
+#include "io_uring_backend.hpp"
+#endif
 
 #include <spindle/reactor/backend.hpp>
 
 #include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
 #include <system_error>
 
 namespace spindle::reactor {
@@ -23,15 +28,71 @@ std::optional<backend_kind> backend_from_string(std::string_view name) noexcept 
     return std::nullopt;
 }
 
+namespace {
+
+struct environment_choice {
+    bool set = false;
+    std::optional<backend_kind> kind;
+    std::string name;
+};
+
+// SPINDLE_BACKEND, read once: the environment is not meant to change under a
+// running program, and getenv must not race with a setenv elsewhere later.
+const environment_choice& environment_override() {
+    static const environment_choice choice = [] {
+        environment_choice c;
+        if (const char* value = std::getenv("SPINDLE_BACKEND"); value && *value) {
+            c.set = true;
+            c.name = value;
+            c.kind = backend_from_string(c.name);
+        }
+        return c;
+    }();
+    return choice;
+}
+
+[[noreturn]] void not_built_in(backend_kind kind, const char* why) {
+    throw std::system_error(std::make_error_code(std::errc::function_not_supported),
+                            "spindle: backend '" + std::string(to_string(kind)) + "' is not built in" + why);
+}
+
+}  // namespace
+
 std::unique_ptr<backend> make_backend(backend_kind kind) {
+    std::string ignored;
+    return make_backend(kind, ignored);
+}
+
+std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_reason) {
+    fallback_reason.clear();
+    if (const environment_choice& env = environment_override(); env.set) {
+        if (!env.kind)
+            throw std::invalid_argument("spindle: SPINDLE_BACKEND='" + env.name +
+                                        "' is not a backend (automatic, epoll, io_uring or kqueue)");
+        kind = *env.kind;
+    }
     switch (kind) {
         case backend_kind::automatic:
+#if SPINDLE_HAVE_IO_URING
+            try {
+                return std::make_unique<io_uring_backend>();
+            } catch (const std::system_error& e) {
+                fallback_reason = std::string("io_uring unavailable, using epoll: ") + e.what();
+            }
+#else
+            fallback_reason = "io_uring is not built in (configured without liburing), using epoll";
+#endif
+            return std::make_unique<epoll_backend>();
         case backend_kind::epoll: return std::make_unique<epoll_backend>();
         case backend_kind::io_uring:
+#if SPINDLE_HAVE_IO_URING
+            return std::make_unique<io_uring_backend>();
+#else
+            not_built_in(kind, " (configured without liburing)");
+#endif
         case backend_kind::kqueue: break;
     }
-    throw std::system_error(std::make_error_code(std::errc::function_not_supported),
-                            "spindle: backend '" + std::string(to_string(kind)) + "' is not built in");
+    not_built_in(kind, "");
 }
 
 }  // namespace spindle::reactor

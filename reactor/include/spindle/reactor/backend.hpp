@@ -1,5 +1,5 @@
 #pragma once
-/// The one interface every OS backend implements (epoll today; io_uring and
+/// The one interface every OS backend implements (epoll and io_uring today,
 /// kqueue later). Completion-based: an operation is submitted and completes
 /// with a result. Readiness backends emulate that by trying the syscall first.
 
@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace spindle::reactor {
@@ -54,6 +55,14 @@ public:
 };
 
 /// Creates a backend. Throws std::system_error when the kind cannot start here.
+/// `automatic` tries io_uring, then epoll. The environment variable
+/// SPINDLE_BACKEND (automatic, epoll, io_uring or kqueue; read once per
+/// process) replaces `kind` for every loop; any other value throws
+/// std::invalid_argument.
 std::unique_ptr<backend> make_backend(backend_kind kind);
+
+/// The same; when `automatic` had to pass over its first choice, says why in
+/// `fallback_reason` (empty otherwise), for the caller to report.
+std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_reason);
 
 }  // namespace spindle::reactor

@@ -60,6 +60,7 @@ struct operation {
     operation* prev = nullptr;
     bool connect_started = false;
     std::uint8_t backend_tag = 0;
+    std::uint32_t backend_slot = 0;  // completion backends: index in their table
 
     bool pending() const noexcept { return state == op_state::pending; }
 };

@@ -1,0 +1,106 @@
+#pragma once
+// The io_uring backend: every operation is a request to the kernel, which
+// completes it by itself; poll() sends what was queued since the last call and
+// waits for completions in one io_uring_enter, then dispatches them.
+//
+// A request's user_data is a slot index and that slot's generation, never a
+// pointer: a completion that arrives for an operation already forgotten finds
+// its slot freed (or reused under a newer generation) and is dropped.
+//
+// Lifetimes: an operation's buffers belong to the kernel from the moment its
+// request is queued until its final completion has been collected from the
+// ring. cancel() only asks (the operation completes later, from poll());
+// forget() asks and then waits for that final completion before returning.
+
+#include <spindle/reactor/backend.hpp>
+
+#include <liburing.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace spindle::reactor {
+
+class io_uring_backend final : public backend {
+public:
+    /// Sets up a ring. Throws std::system_error saying why io_uring cannot run
+    /// here (no kernel support, forbidden by seccomp or kernel.io_uring_disabled,
+    /// not enough lockable memory, a kernel too old for the operations we use).
+    io_uring_backend();
+    ~io_uring_backend() override;
+    io_uring_backend(const io_uring_backend&) = delete;
+    io_uring_backend& operator=(const io_uring_backend&) = delete;
+
+    bool submit(operation& op) override;
+    void cancel(operation& op) noexcept override;
+    void forget(operation& op) noexcept override;
+    void close_fd(int fd) noexcept override;
+    int poll(std::chrono::nanoseconds timeout) override;
+    void wake() noexcept override;
+    int native_handle() const noexcept override { return m_ring.ring_fd; }
+    backend_kind kind() const noexcept override { return backend_kind::io_uring; }
+
+private:
+    enum class slot_state : std::uint8_t {
+        free,
+        in_kernel,  // a request is queued or submitted; its final completion is still to come
+        collected,  // the final completion was taken from the ring, not yet dispatched
+    };
+    struct slot {
+        operation* op = nullptr;  // null once forgotten while the kernel still held it
+        std::uint32_t generation = 1;
+        std::uint32_t next_free = 0;
+        // Where its request went in the submission ring: the kernel has taken
+        // the request once the ring's head has moved past this position.
+        std::uint32_t sq_position = 0;
+        slot_state state = slot_state::free;
+        // A cancel request went out for the current request (cancel(), forget()
+        // or close_fd()): nothing is retried or re-armed any more.
+        bool cancel_requested = false;
+        // The operation hit EAGAIN; the request in the kernel is a one-shot poll
+        // for its direction, after which the operation is sent again.
+        bool awaiting_readiness = false;
+    };
+    // A completion copied out of the ring, so the ring's slot can be reused at
+    // once and dispatching can be deferred.
+    struct completion {
+        std::uint64_t user_data;
+        std::int32_t res;
+        std::uint32_t flags;
+    };
+
+    void setup_ring();
+    void check_kernel();
+    std::uint32_t allocate_slot(operation& op);
+    void release_slot(std::uint32_t index) noexcept;
+    std::uint64_t user_data_of(std::uint32_t index) const noexcept;
+    ::io_uring_sqe* get_sqe() noexcept;
+    bool queue_request(std::uint32_t index) noexcept;
+    bool queue_cancel(std::uint32_t index) noexcept;
+    void arm_wake() noexcept;
+    void flush() noexcept;
+    void collect() noexcept;
+    void note(const ::io_uring_cqe& cqe) noexcept;
+    void dispatch();
+    void finish_request(std::uint32_t index, std::int32_t res);
+    void finish(std::uint32_t index, std::int64_t result);
+    void link_fd(operation& op) noexcept;
+    void unlink_fd(operation& op) noexcept;
+    bool lookup(const operation& op, std::uint32_t& index) const noexcept;
+
+    ::io_uring m_ring{};
+    int m_wake_fd = -1;
+    bool m_wake_armed = false;
+    bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
+    bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
+
+    std::vector<slot> m_slots;
+    std::uint32_t m_free_head;  // a free slot's index, or m_slots.size() when none
+    // Operations with a request in the kernel, per descriptor number, linked
+    // through operation::next/prev: close_fd finds them without a scan.
+    std::vector<operation*> m_by_fd;
+    std::vector<completion> m_collected;
+    int m_completed = 0;
+};
+
+}  // namespace spindle::reactor
