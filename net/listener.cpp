@@ -54,6 +54,9 @@ task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token to
         const int error = fd.error().value();
         if (connection_gone(error)) continue;
         if (!out_of_resources(error)) co_return fd.error();
+        // A completion backend may report the failure after the listener was
+        // closed (and its number reused): never wait on that number.
+        if (listener.get() != listen_fd) co_return cancelled_error();
         // Out of descriptors: the listening socket stays readable, so trying
         // again at once would spin. Wait, then try again; the backlog holds
         // the waiting connections meanwhile.
