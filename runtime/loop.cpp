@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 #include <cerrno>
 #include <csignal>
@@ -124,7 +125,24 @@ void watcher_base::on_complete(reactor::operation& op) noexcept {
 
 // --- construction and teardown ----------------------------------------------
 
-loop::loop(loop_options options) : m_options(options), m_backend(reactor::make_backend(options.backend)) {
+namespace {
+
+// Falling back from io_uring is reported once per process, at info level: the
+// reason (seccomp, kernel.io_uring_disabled, an old kernel) is the same for
+// every loop, and a program with many loops should not repeat it.
+std::unique_ptr<reactor::backend> open_backend(reactor::backend_kind kind) {
+    std::string fallback_reason;
+    auto backend = reactor::make_backend(kind, fallback_reason);
+    if (!fallback_reason.empty()) {
+        static std::once_flag reported;
+        std::call_once(reported, [&] { logger()->info("{}", fallback_reason); });
+    }
+    return backend;
+}
+
+}  // namespace
+
+loop::loop(loop_options options) : m_options(options), m_backend(open_backend(options.backend)) {
     if (m_options.event_interval == 0) m_options.event_interval = 1;
     if (m_options.resume_budget == 0) m_options.resume_budget = 1;
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
