@@ -1,0 +1,571 @@
+// spindle-echo-bench: the example echo server on each backend, driven by
+// spindle's own load generator over loopback, in alternating pairs, so the
+// backends can be compared on a shared, noisy machine by ratios and medians.
+//
+// The server runs as a child process pinned to one core, the load in this
+// process pinned to another: each side has a core of its own, and the
+// server's figures (its CPU time, its system calls) are its alone.
+
+#include "load.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <optional>
+#include <poll.h>
+#include <sched.h>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace spindle;
+using namespace spindle::examples;
+
+namespace {
+
+// Both come from meson: the spindle-echo built with this program, and the
+// backends this build has (e.g. "epoll,io_uring").
+#ifndef SPINDLE_ECHO_SERVER
+#define SPINDLE_ECHO_SERVER "spindle-echo"
+#endif
+#ifndef SPINDLE_BUILT_BACKENDS
+#define SPINDLE_BUILT_BACKENDS "epoll"
+#endif
+
+struct options {
+    std::vector<std::string> backends;
+    int connections = 100;
+    std::size_t size = 64;
+    std::vector<int> depths{1, 16};
+    int duration_s = 3;
+    int rounds = 3;
+    bool syscalls = false;
+    std::string server = SPINDLE_ECHO_SERVER;
+};
+
+[[noreturn]] void usage(std::FILE* out, int status) {
+    std::fprintf(out,
+                 "usage: spindle-echo-bench [--backends LIST] [--connections N] [--size BYTES] [--depth LIST]\n"
+                 "                          [--duration SECONDS] [--rounds N] [--syscalls] [--server PATH]\n"
+                 "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
+                 "byte verified) and compares the backends round by round.\n\n"
+                 "  --backends LIST    comma-separated (default: the backends built, %s)\n"
+                 "  --connections N    concurrent connections, 1..10000 (default 100)\n"
+                 "  --size BYTES       message size, 1..1048576 (default 64)\n"
+                 "  --depth LIST       messages in flight per connection, comma-separated, each 1..1024 (default 1,16)\n"
+                 "  --duration SECONDS each run, 1..600 (default 3)\n"
+                 "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
+                 "  --syscalls         count the server's system calls (perf, else strace)\n"
+                 "  --server PATH      the spindle-echo to run (default: the one built with this program)\n",
+                 SPINDLE_BUILT_BACKENDS);
+    std::exit(status);
+}
+
+long number(std::string_view text, long lo, long hi) {
+    long v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
+        std::fprintf(stderr, "spindle-echo-bench: '%.*s' is not a number in %ld..%ld\n", static_cast<int>(text.size()),
+                     text.data(), lo, hi);
+        usage(stderr, 2);
+    }
+    return v;
+}
+
+// "a,b,,c" -> {"a", "b", "c"}
+std::vector<std::string> split(std::string_view text, char separator = ',') {
+    std::vector<std::string> parts;
+    for (;;) {
+        const auto at = text.find(separator);
+        if (at != 0 && !text.empty()) parts.emplace_back(text.substr(0, at));
+        if (at == std::string_view::npos) break;
+        text.remove_prefix(at + 1);
+    }
+    return parts;
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    o.backends = split(SPINDLE_BUILT_BACKENDS);
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == "--help" || arg == "-h") usage(stdout, 0);
+        if (arg == "--syscalls") {
+            o.syscalls = true;
+            continue;
+        }
+        if (i + 1 >= argc) usage(stderr, 2);
+        const std::string_view value = argv[++i];
+        if (arg == "--backends") {
+            o.backends = split(value);
+            for (const std::string& b : o.backends) {
+                if (!reactor::backend_from_string(b)) {
+                    std::fprintf(stderr, "spindle-echo-bench: unknown backend '%s'\n", b.c_str());
+                    usage(stderr, 2);
+                }
+            }
+        } else if (arg == "--connections") {
+            o.connections = static_cast<int>(number(value, 1, 10000));
+        } else if (arg == "--size") {
+            o.size = static_cast<std::size_t>(number(value, 1, 1 << 20));
+        } else if (arg == "--depth") {
+            o.depths.clear();
+            for (const std::string& d : split(value)) o.depths.push_back(static_cast<int>(number(d, 1, 1024)));
+        } else if (arg == "--duration") {
+            o.duration_s = static_cast<int>(number(value, 1, 600));
+        } else if (arg == "--rounds") {
+            o.rounds = static_cast<int>(number(value, 1, 100));
+        } else if (arg == "--server") {
+            o.server = value;
+        } else {
+            usage(stderr, 2);
+        }
+    }
+    if (o.backends.empty() || o.depths.empty()) usage(stderr, 2);
+    return o;
+}
+
+// --- processes ----------------------------------------------------------------
+
+// Waits up to `limit` for `pid` to exit; kills it if it does not. Returns its
+// wait status, or nullopt if it had to be killed.
+std::optional<int> reap(pid_t pid, std::chrono::milliseconds limit, rusage* usage = nullptr) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    for (;;) {
+        const pid_t r = ::wait4(pid, &status, WNOHANG, usage);
+        if (r == pid) return status;
+        if (r < 0 && errno != EINTR) return std::nullopt;
+        if (std::chrono::steady_clock::now() >= until) break;
+        ::usleep(5000);
+    }
+    ::kill(pid, SIGKILL);
+    ::wait4(pid, &status, 0, usage);
+    return std::nullopt;
+}
+
+struct server {
+    pid_t pid = -1;
+    std::uint16_t port = 0;
+};
+
+// Starts the echo server on a free loopback port, on `cpu` (or anywhere if
+// negative), and reads the port from the line it prints once it listens:
+// "spindle-echo listening on 127.0.0.1:PORT".
+std::optional<server> start_server(const options& o, const std::string& backend, int cpu) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
+    const pid_t pid = ::fork();
+    if (pid < 0) return std::nullopt;
+    if (pid == 0) {
+        // Pin before exec, so the server never runs a single instruction on
+        // the load generator's core.
+        if (cpu >= 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            ::sched_setaffinity(0, sizeof set, &set);
+        }
+        ::dup2(out[1], STDOUT_FILENO);
+        ::execl(o.server.c_str(), o.server.c_str(), "--backend", backend.c_str(), "--host", "127.0.0.1", "--port", "0",
+                static_cast<char*>(nullptr));
+        std::fprintf(stderr, "cannot start %s: %s\n", o.server.c_str(), std::strerror(errno));
+        ::_exit(127);
+    }
+    ::close(out[1]);
+    // At most 10 s and 256 bytes for the line.
+    std::string line;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (line.size() < 256 && std::chrono::steady_clock::now() < until) {
+        pollfd p{out[0], POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        char c;
+        if (::read(out[0], &c, 1) != 1 || c == '\n') break;
+        line += c;
+    }
+    ::close(out[0]);
+    const auto colon = line.rfind(':');
+    if (line.find(" listening on ") == std::string::npos || colon == std::string::npos) {
+        std::fprintf(stderr, "%s --backend %s did not start (said: '%s')\n", o.server.c_str(), backend.c_str(), line.c_str());
+        ::kill(pid, SIGKILL);
+        reap(pid, 5s);
+        return std::nullopt;
+    }
+    return server{pid, static_cast<std::uint16_t>(std::atoi(line.c_str() + colon + 1))};
+}
+
+// --- counting the server's system calls --------------------------------------------
+
+enum class count_tool { none, perf, strace };
+
+bool in_path(const char* name) {
+    const char* path = std::getenv("PATH");
+    for (const std::string& dir : split(path ? path : "/usr/bin:/bin", ':')) {
+        if (::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    }
+    return false;
+}
+
+std::string read_file(const std::string& path) {
+    std::string text;
+    if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+        char buf[4096];
+        for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < (1 << 20);) text.append(buf, n);
+        std::fclose(f);
+    }
+    return text;
+}
+
+// One counting tool attached to the server: started, interrupted with SIGINT
+// (both tools print their totals on it), then read.
+class syscall_counter {
+public:
+    syscall_counter(count_tool tool, pid_t target, const cpu_set_t& anywhere) : m_tool(tool), m_target(target), m_anywhere(anywhere) {
+        char name[] = "/tmp/spindle-echo-bench-XXXXXX";
+        const int fd = ::mkstemp(name);
+        if (fd >= 0) {
+            ::close(fd);
+            m_output = name;
+        }
+    }
+    ~syscall_counter() {
+        if (m_pid > 0) reap(m_pid, 0ms);
+        if (!m_output.empty()) ::unlink(m_output.c_str());
+    }
+    syscall_counter(const syscall_counter&) = delete;
+    syscall_counter& operator=(const syscall_counter&) = delete;
+
+    void start() {
+        if (m_output.empty()) return;
+        const std::string pid = std::to_string(m_target);
+        std::vector<std::string> args;
+        if (m_tool == count_tool::perf)
+            args = {"perf", "stat", "--no-big-num", "-e", "raw_syscalls:sys_enter", "-p", pid, "-o", m_output};
+        else
+            args = {"strace", "-c", "-f", "-p", pid, "-o", m_output};
+        m_started = std::chrono::steady_clock::now();
+        m_pid = ::fork();
+        if (m_pid == 0) {
+            // Not pinned to the load generator's core (it inherited that):
+            // the scheduler puts the tool's start-up wherever there is room.
+            ::sched_setaffinity(0, sizeof m_anywhere, &m_anywhere);
+            const int devnull = ::open("/dev/null", O_RDWR);
+            ::dup2(devnull, STDIN_FILENO);
+            ::dup2(devnull, STDOUT_FILENO);  // errors stay on stderr
+            std::vector<char*> argv;
+            for (std::string& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execvp(argv[0], argv.data());
+            ::_exit(127);
+        }
+    }
+
+    void interrupt() {
+        if (m_pid <= 0) return;
+        m_stopped = std::chrono::steady_clock::now();
+        ::kill(m_pid, SIGINT);
+    }
+
+    /// After interrupt(): how many system calls the server made while counted,
+    /// and for how long (wall time). Nullopt if the tool failed.
+    std::optional<std::pair<double, double>> result() {
+        if (m_pid <= 0) return std::nullopt;
+        const std::optional<int> status = reap(m_pid, 10s);
+        m_pid = -1;
+        const std::string text = read_file(m_output);
+        // perf: "  123456      raw_syscalls:sys_enter" and "  2.01 seconds time
+        // elapsed", the wall time its counter was enabled (it takes a good
+        // fraction of a second to attach, so our own clock would overstate it).
+        // strace: "% time  seconds  usecs/call  calls  errors  syscall" ending
+        // with a "total" row; it was attached for the whole run.
+        std::optional<double> calls, seconds;
+        if (m_tool == count_tool::strace) seconds = std::chrono::duration<double>(m_stopped - m_started).count();
+        std::istringstream lines(text);
+        for (std::string line; std::getline(lines, line);) {
+            std::istringstream words(line);
+            std::string w[4];
+            for (std::string& x : w) words >> x;
+            if (m_tool == count_tool::perf && line.find("raw_syscalls:sys_enter") != std::string::npos && !w[0].starts_with("<"))
+                calls = std::atof(w[0].c_str());
+            else if (m_tool == count_tool::perf && line.find("seconds time elapsed") != std::string::npos)
+                seconds = std::atof(w[0].c_str());
+            else if (m_tool == count_tool::strace && line.ends_with(" total"))
+                calls = std::atof(w[3].c_str());
+        }
+        if (calls && seconds && *seconds > 0) return std::pair{*calls, *seconds};
+        if (!status) std::fprintf(stderr, "the counting tool did not stop\n");
+        return std::nullopt;
+    }
+
+private:
+    count_tool m_tool;
+    pid_t m_target;
+    cpu_set_t m_anywhere;
+    pid_t m_pid = -1;
+    std::string m_output;
+    std::chrono::steady_clock::time_point m_started, m_stopped;
+};
+
+// --- one run ---------------------------------------------------------------------
+
+struct run_result {
+    bool ok = false;
+    double messages_per_s = 0;
+    double mib_per_s = 0;
+    double p50_us = 0;
+    double p99_us = 0;
+    std::uint64_t errors = 0;
+    // CPU time (user + system) per echoed message: the server's over its
+    // whole life, the load generator's over the run. A side far below one
+    // core's worth is waiting, not working: on a shared machine, often for a
+    // core someone else holds.
+    double server_cpu_us_per_message = 0;
+    double load_cpu_us_per_message = 0;
+    std::optional<double> syscalls_per_message;
+};
+
+double cpu_seconds(const rusage& u) {
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Counts with perf over the middle of the run only: connections are set up
+// and torn down outside the window, and its first and last sixth (at least
+// 100 ms, at most 1 s) are left out.
+task<void> perf_window(syscall_counter& counter, std::chrono::milliseconds margin, std::chrono::milliseconds length) {
+    co_await sleep_for(margin);
+    counter.start();
+    co_await sleep_for(length);
+    counter.interrupt();
+}
+
+task<load_report> drive(load_options lo, syscall_counter* counter, count_tool tool) {
+    // The load ends by itself after its duration; the deadline only bounds a
+    // server that stops answering (its connections then fail with an error).
+    const auto bound = lo.duration + 15s;
+    if (!counter) co_return co_await with_timeout(bound, run_load(lo));
+    if (tool == count_tool::strace) {
+        // strace slows every system call of the server, so the run's own
+        // message count is the only right denominator: trace the whole run,
+        // connection set-up included (a few calls per connection).
+        counter->start();
+        co_await sleep_for(500ms);  // for strace to attach
+        load_report report = co_await with_timeout(bound, run_load(lo));
+        counter->interrupt();
+        co_return report;
+    }
+    const auto margin = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(lo.duration / 6),
+                                   std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+    join_handle<void> window = loop::current().spawn(perf_window(*counter, margin, lo.duration - 2 * margin), "perf window");
+    load_report report = co_await with_timeout(bound, run_load(lo));
+    co_await std::move(window);
+    co_return report;
+}
+
+run_result run_one(const options& o, const std::string& backend, int depth, int server_cpu, count_tool tool,
+                   const cpu_set_t& anywhere) {
+    run_result r;
+    std::optional<server> s = start_server(o, backend, server_cpu);
+    if (!s) return r;
+
+    load_options lo;
+    lo.mode = load_mode::echo;
+    lo.target = net::address::ipv4_loopback(s->port);
+    lo.connections = o.connections;
+    lo.message_size = o.size;
+    lo.depth = depth;
+    lo.duration = std::chrono::seconds(o.duration_s);
+
+    std::optional<syscall_counter> counter;
+    if (tool != count_tool::none) counter.emplace(tool, s->pid, anywhere);
+    // The load generator always uses epoll, so that only the server changes
+    // from one run to the next.
+    loop_options client;
+    client.backend = reactor::backend_kind::epoll;
+    load_report report;
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    {
+        loop l(client);
+        report = l.block_on(drive(lo, counter ? &*counter : nullptr, tool));
+    }
+    ::getrusage(RUSAGE_SELF, &after);
+
+    r.messages_per_s = report.requests_per_second();
+    r.mib_per_s = report.mib_per_second();
+    r.p50_us = report.latency.quantile(0.50);
+    r.p99_us = report.latency.quantile(0.99);
+    r.errors = report.errors;
+    if (!report.first_error.empty()) std::printf("  first error: %s\n", report.first_error.c_str());
+
+    if (counter) {
+        if (auto counted = counter->result()) {
+            const auto [calls, seconds] = *counted;
+            // perf: the window's messages, at the run's rate (connections are
+            // steady by then); strace: the run's own count.
+            const double messages =
+                tool == count_tool::perf ? r.messages_per_s * seconds : static_cast<double>(report.requests);
+            if (messages > 0) r.syscalls_per_message = calls / messages;
+        } else {
+            std::printf("  could not count system calls (is perf allowed? see /proc/sys/kernel/perf_event_paranoid)\n");
+        }
+    }
+
+    ::kill(s->pid, SIGTERM);
+    rusage usage{};
+    const std::optional<int> status = reap(s->pid, 10s, &usage);
+    const bool clean = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+    if (!clean) std::printf("  %s --backend %s did NOT exit with status 0 on SIGTERM\n", o.server.c_str(), backend.c_str());
+    if (report.requests > 0) {
+        const auto messages = static_cast<double>(report.requests);
+        r.server_cpu_us_per_message = cpu_seconds(usage) * 1e6 / messages;
+        r.load_cpu_us_per_message = (cpu_seconds(after) - cpu_seconds(before)) * 1e6 / messages;
+    }
+    r.ok = clean && report.errors == 0 && report.requests > 0;
+    return r;
+}
+
+// --- reporting ---------------------------------------------------------------------
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void print_run(int round, int depth, const std::string& backend, const run_result& r) {
+    std::printf("round %d  depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  %llu errors"
+                "  cpu us/msg: server %.2f, load %.2f",
+                round, depth, backend.c_str(), r.messages_per_s, r.mib_per_s, r.p50_us, r.p99_us,
+                static_cast<unsigned long long>(r.errors), r.server_cpu_us_per_message, r.load_cpu_us_per_message);
+    if (r.syscalls_per_message) std::printf("  %.3f syscalls/msg", *r.syscalls_per_message);
+    std::printf("%s\n", r.ok ? "" : "  FAILED");
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const options o = parse(argc, argv);
+
+    // SPINDLE_BACKEND would override the server's --backend (the child
+    // inherits it) and the load generator's choice: the comparison would be
+    // silently void.
+    if (const char* env = std::getenv("SPINDLE_BACKEND")) {
+        std::printf("note: ignoring SPINDLE_BACKEND=%s (each run names its backend)\n", env);
+        ::unsetenv("SPINDLE_BACKEND");
+    }
+
+    // Two cores of those we may use: the server on the first, the load on the second.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    ::sched_getaffinity(0, sizeof allowed, &allowed);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    int server_cpu = -1;
+    if (cpus.size() >= 2) {
+        server_cpu = cpus[0];
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        CPU_SET(cpus[1], &mine);
+        ::sched_setaffinity(0, sizeof mine, &mine);
+        std::printf("server pinned to CPU %d, load generator to CPU %d\n", cpus[0], cpus[1]);
+    } else {
+        std::printf("only 1 core available: server and load generator run unpinned, sharing it\n");
+    }
+
+    count_tool tool = count_tool::none;
+    if (o.syscalls) {
+        if (in_path("perf")) {
+            tool = count_tool::perf;
+            std::printf("system calls: perf stat -e raw_syscalls:sys_enter on the server, over the middle of each run\n");
+        } else if (in_path("strace")) {
+            tool = count_tool::strace;
+            std::printf("system calls: strace -c -f on the server over the whole run (no perf); strace slows the server,\n"
+                        "so the throughput of these runs is not comparable to runs without it\n");
+        } else {
+            std::printf("system calls: cannot count them (neither perf nor strace is installed)\n");
+        }
+    }
+    std::printf("%d connections, %zu-byte messages, %d s per run, %d rounds, loopback, server %s\n\n", o.connections,
+                o.size, o.duration_s, o.rounds, o.server.c_str());
+    std::fflush(stdout);
+
+    // results[depth index][backend index][round]
+    std::vector<std::vector<std::vector<run_result>>> results(
+        o.depths.size(), std::vector<std::vector<run_result>>(o.backends.size()));
+    bool all_ok = true;
+    for (int round = 1; round <= o.rounds; ++round) {
+        for (std::size_t d = 0; d < o.depths.size(); ++d) {
+            // The backends run back to back for each depth, in an order that
+            // flips every round, so a slow phase of the machine hits both
+            // sides of a pair and favours neither over the rounds.
+            for (std::size_t i = 0; i < o.backends.size(); ++i) {
+                const std::size_t b = round % 2 ? i : o.backends.size() - 1 - i;
+                const run_result r = run_one(o, o.backends[b], o.depths[d], server_cpu, tool, allowed);
+                print_run(round, o.depths[d], o.backends[b], r);
+                all_ok = all_ok && r.ok;
+                results[d][b].push_back(r);
+            }
+        }
+    }
+
+    std::printf("\nmedians of %d rounds:\n", o.rounds);
+    for (std::size_t d = 0; d < o.depths.size(); ++d) {
+        for (std::size_t b = 0; b < o.backends.size(); ++b) {
+            const auto& rs = results[d][b];
+            auto med = [&rs](auto field) {
+                std::vector<double> v;
+                for (const run_result& r : rs) v.push_back(field(r));
+                return median(v);
+            };
+            std::printf("depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  cpu us/msg: server %.2f, load %.2f",
+                        o.depths[d], o.backends[b].c_str(), med([](const run_result& r) { return r.messages_per_s; }),
+                        med([](const run_result& r) { return r.mib_per_s; }), med([](const run_result& r) { return r.p50_us; }),
+                        med([](const run_result& r) { return r.p99_us; }),
+                        med([](const run_result& r) { return r.server_cpu_us_per_message; }),
+                        med([](const run_result& r) { return r.load_cpu_us_per_message; }));
+            std::vector<double> calls;
+            for (const run_result& r : rs)
+                if (r.syscalls_per_message) calls.push_back(*r.syscalls_per_message);
+            if (!calls.empty()) std::printf("  %.3f syscalls/msg", median(calls));
+            std::printf("\n");
+        }
+    }
+
+    // The ratio within each round's pair, then its median: the pair ran
+    // seconds apart, so a noisy neighbour moves both of its sides alike.
+    const auto epoll = std::find(o.backends.begin(), o.backends.end(), "epoll");
+    const auto uring = std::find(o.backends.begin(), o.backends.end(), "io_uring");
+    if (epoll != o.backends.end() && uring != o.backends.end()) {
+        const auto e = static_cast<std::size_t>(epoll - o.backends.begin());
+        const auto u = static_cast<std::size_t>(uring - o.backends.begin());
+        std::printf("\nio_uring/epoll, messages/s:\n");
+        for (std::size_t d = 0; d < o.depths.size(); ++d) {
+            std::vector<double> ratios;
+            std::printf("depth %-3d rounds", o.depths[d]);
+            for (int round = 0; round < o.rounds; ++round) {
+                const double base = results[d][e][static_cast<std::size_t>(round)].messages_per_s;
+                const double ratio = base > 0 ? results[d][u][static_cast<std::size_t>(round)].messages_per_s / base : 0;
+                ratios.push_back(ratio);
+                std::printf(" %.3f", ratio);
+            }
+            std::printf("  median %.3f\n", median(ratios));
+        }
+    }
+    std::printf("\n%s\n", all_ok ? "every run: all bytes verified, 0 errors, server exited with status 0" : "FAILED: see the runs marked FAILED");
+    return all_ok ? 0 : 1;
+}
