@@ -1,6 +1,11 @@
+#if SPINDLE_HAVE_EPOLL
 #include "epoll_backend.hpp"
+#endif
 #if SPINDLE_HAVE_IO_URING
 #include "io_uring_backend.hpp"
+#endif
+#if SPINDLE_HAVE_KQUEUE
+#include "kqueue_backend.hpp"
 #endif
 
 #include <spindle/reactor/backend.hpp>
@@ -73,6 +78,7 @@ std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_r
     }
     switch (kind) {
         case backend_kind::automatic:
+#if SPINDLE_HAVE_EPOLL
 #if SPINDLE_HAVE_IO_URING
             try {
                 return std::make_unique<io_uring_backend>();
@@ -83,14 +89,34 @@ std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_r
             fallback_reason = "io_uring is not built in (configured without liburing), using epoll";
 #endif
             return std::make_unique<epoll_backend>();
-        case backend_kind::epoll: return std::make_unique<epoll_backend>();
+#elif SPINDLE_HAVE_KQUEUE
+            // macOS and the BSDs: kqueue is the native choice, nothing was passed over.
+            return std::make_unique<kqueue_backend>();
+#else
+            break;
+#endif
+        case backend_kind::epoll:
+#if SPINDLE_HAVE_EPOLL
+            return std::make_unique<epoll_backend>();
+#else
+            not_built_in(kind, " (Linux only)");
+#endif
         case backend_kind::io_uring:
 #if SPINDLE_HAVE_IO_URING
             return std::make_unique<io_uring_backend>();
 #else
             not_built_in(kind, " (configured without liburing)");
 #endif
-        case backend_kind::kqueue: break;
+        case backend_kind::kqueue:
+#if SPINDLE_HAVE_KQUEUE
+            return std::make_unique<kqueue_backend>();
+#else
+#if defined(__linux__)
+            not_built_in(kind, " (on Linux it needs libkqueue and -Dkqueue=enabled)");
+#else
+            not_built_in(kind, " (configured with -Dkqueue=disabled)");
+#endif
+#endif
     }
     not_built_in(kind, "");
 }

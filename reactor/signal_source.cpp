@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <mutex>
 #include <stdexcept>
+#if defined(__linux__)
 #include <sys/signalfd.h>
+#endif
 #include <system_error>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@ namespace {
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::system_category(), what); }
 
+#if defined(__linux__)
 // signalfd: the signals are blocked in the calling thread (the loop's) and
 // read as data. Another thread that does not block them may still receive
 // them the classic way: block them in every thread (before starting threads)
@@ -72,6 +75,7 @@ private:
     sigset_t m_mask;
     sigset_t m_blocked_by_us;
 };
+#endif  // __linux__
 
 // The self-pipe trick: the handler only writes the signal number into a pipe,
 // the one thing that is safe inside a handler; the loop reads the pipe.
@@ -95,7 +99,21 @@ class self_pipe_source final : public signal_source {
 public:
     self_pipe_source() {
         int fds[2];
+#if defined(__APPLE__)
+        // No pipe2 on macOS: set the flags after (a fork+exec on another
+        // thread in between would inherit the pipe).
+        if (::pipe(fds) < 0) throw_errno("pipe");
+        for (int fd : fds) {
+            if (::fcntl(fd, F_SETFL, O_NONBLOCK) < 0 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+                const int err = errno;
+                ::close(fds[0]);
+                ::close(fds[1]);
+                throw std::system_error(err, std::system_category(), "fcntl");
+            }
+        }
+#else
         if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0) throw_errno("pipe2");
+#endif
         m_read = fds[0];
         m_write = fds[1];
     }
@@ -155,8 +173,15 @@ private:
 
 std::unique_ptr<signal_source> make_signal_source(signal_mechanism mechanism) {
     switch (mechanism) {
+#if defined(__linux__)
         case signal_mechanism::automatic:
         case signal_mechanism::signalfd: return std::make_unique<signalfd_source>();
+#else
+        case signal_mechanism::automatic: return std::make_unique<self_pipe_source>();
+        case signal_mechanism::signalfd:
+            throw std::system_error(std::make_error_code(std::errc::function_not_supported),
+                                    "spindle: signalfd is Linux only");
+#endif
         case signal_mechanism::self_pipe: return std::make_unique<self_pipe_source>();
     }
     throw std::invalid_argument("spindle: unknown signal mechanism");

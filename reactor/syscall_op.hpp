@@ -6,6 +6,7 @@
 #include <spindle/reactor/operation.hpp>
 
 #include <cerrno>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -13,6 +14,33 @@
 namespace spindle::reactor {
 
 inline std::int64_t or_errno(long long r) noexcept { return r < 0 ? -static_cast<std::int64_t>(errno) : r; }
+
+// Linux and the BSDs have MSG_NOSIGNAL; where it is missing (older macOS) a
+// socket needs SO_NOSIGPIPE, set where it is created.
+#if defined(MSG_NOSIGNAL)
+inline constexpr int no_sigpipe = MSG_NOSIGNAL;
+#else
+inline constexpr int no_sigpipe = 0;
+#endif
+
+// The accepted descriptor is non-blocking and close-on-exec from the start.
+inline std::int64_t accept_nonblocking(operation& op) noexcept {
+#if defined(__APPLE__)
+    // No accept4 on macOS: set the flags afterwards. A fork+exec on another
+    // thread in between could inherit the descriptor; nothing closes that gap.
+    const int fd = ::accept(op.fd, op.args.accept.addr, op.args.accept.len);
+    if (fd < 0) return -static_cast<std::int64_t>(errno);
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        const int err = errno;
+        ::close(fd);
+        return -static_cast<std::int64_t>(err);
+    }
+    return fd;
+#else
+    return or_errno(::accept4(op.fd, op.args.accept.addr, op.args.accept.len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+#endif
+}
 
 inline std::int64_t perform(operation& op) noexcept {
     for (;;) {
@@ -25,13 +53,11 @@ inline std::int64_t perform(operation& op) noexcept {
             case op_code::recv: r = or_errno(::recv(op.fd, op.args.buf.data, op.args.buf.size, op.flags)); break;
             // MSG_NOSIGNAL: a closed peer is EPIPE, never a SIGPIPE that kills the process.
             case op_code::send:
-                r = or_errno(::send(op.fd, op.args.buf.data, op.args.buf.size, op.flags | MSG_NOSIGNAL));
+                r = or_errno(::send(op.fd, op.args.buf.data, op.args.buf.size, op.flags | no_sigpipe));
                 break;
             case op_code::recvmsg: r = or_errno(::recvmsg(op.fd, op.args.msg, op.flags)); break;
-            case op_code::sendmsg: r = or_errno(::sendmsg(op.fd, op.args.msg, op.flags | MSG_NOSIGNAL)); break;
-            case op_code::accept:
-                r = or_errno(::accept4(op.fd, op.args.accept.addr, op.args.accept.len, SOCK_NONBLOCK | SOCK_CLOEXEC));
-                break;
+            case op_code::sendmsg: r = or_errno(::sendmsg(op.fd, op.args.msg, op.flags | no_sigpipe)); break;
+            case op_code::accept: r = accept_nonblocking(op); break;
             default: return -EINVAL;
         }
         if (r != -EINTR) return r;

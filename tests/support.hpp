@@ -18,6 +18,16 @@
 
 namespace spindle::test {
 
+/// Whether the loop offers a pollable descriptor to fold into a host's poller.
+/// Every backend does except kqueue emulated on Linux by libkqueue, whose
+/// descriptor never turns readable: there it is -1 and the test says so.
+inline bool has_native_handle(const spindle::loop& l) {
+    if (l.native_handle() >= 0) return true;
+    CHECK(l.backend() == spindle::reactor::backend_kind::kqueue);
+    WARN("this backend has no pollable descriptor (libkqueue); nothing to check");
+    return false;
+}
+
 /// Runs `t` on `l` until it finishes; fails the test (and returns) if it has
 /// not finished within `limit` of wall time.
 template <class T>

@@ -425,6 +425,7 @@ TEST_CASE("a withdrawn sleep whose deadline has passed does not look like ready 
 
 TEST_CASE("native_handle becomes readable when another thread posts", "[tick][host]") {
     spindle::loop l;
+    if (!spindle::test::has_native_handle(l)) return;
     const int fd = l.native_handle();
     REQUIRE(fd >= 0);
     CHECK(::fcntl(fd, F_GETFD) != -1);

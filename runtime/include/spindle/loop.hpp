@@ -107,6 +107,7 @@ public:
     void post(F&& fn);
 
     /// Readable when the loop has something to do: fold it into a host's poller.
+    /// -1 on a backend without such a descriptor (kqueue emulated by libkqueue).
     int native_handle() const noexcept { return m_backend->native_handle(); }
     /// Zero when work is ready, the time to the nearest deadline, or nullopt
     /// when only I/O (or nothing) can wake the loop.

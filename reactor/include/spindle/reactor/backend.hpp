@@ -1,7 +1,7 @@
 #pragma once
-/// The one interface every OS backend implements (epoll and io_uring today,
-/// kqueue later). Completion-based: an operation is submitted and completes
-/// with a result. Readiness backends emulate that by trying the syscall first.
+/// The one interface every OS backend implements (epoll, io_uring, kqueue).
+/// Completion-based: an operation is submitted and completes with a result.
+/// Readiness backends emulate that by trying the syscall first.
 
 #include <spindle/reactor/operation.hpp>
 
@@ -48,17 +48,18 @@ public:
     virtual void wake() noexcept = 0;
 
     /// A descriptor that becomes readable when poll() would have work, so a host
-    /// with its own poller can fold this backend into it.
+    /// with its own poller can fold this backend into it; -1 if the backend has
+    /// none (kqueue emulated on Linux by libkqueue).
     virtual int native_handle() const noexcept = 0;
 
     virtual backend_kind kind() const noexcept = 0;
 };
 
 /// Creates a backend. Throws std::system_error when the kind cannot start here.
-/// `automatic` tries io_uring, then epoll. The environment variable
-/// SPINDLE_BACKEND (automatic, epoll, io_uring or kqueue; read once per
-/// process) replaces `kind` for every loop; any other value throws
-/// std::invalid_argument.
+/// `automatic` tries io_uring, then epoll on Linux, and is kqueue elsewhere.
+/// The environment variable SPINDLE_BACKEND (automatic, epoll, io_uring or
+/// kqueue; read once per process) replaces `kind` for every loop; any other
+/// value throws std::invalid_argument.
 std::unique_ptr<backend> make_backend(backend_kind kind);
 
 /// The same; when `automatic` had to pass over its first choice, says why in
