@@ -1,5 +1,7 @@
 #include "io_uring_backend.hpp"
 
+#include "syscall_op.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -56,18 +58,6 @@ constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 // read(2) and write(2) never move more than this in one call (MAX_RW_COUNT);
 // a request's length is 32 bits, so larger spans are cut the same way.
 constexpr std::size_t max_rw = 0x7ffff000;
-
-bool is_reader(const operation& op) noexcept {
-    switch (op.code) {
-        case op_code::read:
-        case op_code::readv:
-        case op_code::recv:
-        case op_code::recvmsg:
-        case op_code::accept: return true;
-        case op_code::poll: return (op.events & readable) != 0;
-        default: return false;
-    }
-}
 
 unsigned poll_mask(std::uint32_t events) noexcept {
     unsigned mask = 0;

@@ -6,7 +6,6 @@
 #include <sys/event.h>
 #include <sys/time.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
@@ -22,21 +21,6 @@ namespace {
 // EVFILT_USER identifiers are a namespace of their own: 0 clashes with no fd.
 constexpr std::uintptr_t wake_ident = 0;
 constexpr int max_events = 256;
-// operation::backend_tag: which list holds a pending operation.
-constexpr std::uint8_t in_fd_list = 1;
-constexpr std::uint8_t in_deferred = 2;
-
-bool is_reader(const operation& op) noexcept {
-    switch (op.code) {
-        case op_code::read:
-        case op_code::readv:
-        case op_code::recv:
-        case op_code::recvmsg:
-        case op_code::accept: return true;
-        case op_code::poll: return (op.events & readable) != 0;
-        default: return false;
-    }
-}
 
 // The fd's generation rides in udata, as epoll's does in its data word:
 // events collected for a descriptor closed since are recognised and dropped.
@@ -78,19 +62,6 @@ std::uint32_t direction_of(const struct kevent& ev) noexcept {
     return 0;
 }
 
-// Current readiness of one fd, without waiting, as poll(2) sees it: for
-// readiness waits, which an EV_CLEAR filter only tells of changes.
-std::uint32_t ready_now(int fd, std::uint32_t events) noexcept {
-    ::pollfd p{fd, 0, 0};
-    if (events & readable) p.events |= POLLIN;
-    if (events & writable) p.events |= POLLOUT;
-    if (::poll(&p, 1, 0) <= 0) return 0;
-    std::uint32_t got = 0;
-    if (p.revents & (POLLIN | POLLHUP | POLLERR)) got |= readable;
-    if (p.revents & (POLLOUT | POLLHUP | POLLERR)) got |= writable;
-    return got & events;
-}
-
 // Sends `n` changes marked EV_RECEIPT with exactly `n` result slots: each
 // change gets its result (data = 0 or an errno) and no slot is left over, so
 // no pending event is taken out of the queue here. The array serves as both
@@ -103,42 +74,7 @@ int apply_with_receipts(int kq, struct kevent* changes, int n) noexcept {
     return r < 0 ? -errno : r;
 }
 
-// libkqueue reads SO_ERROR to fill in an event's fflags, and reading it
-// clears it: the syscall that follows finds no error (a refused connect looks
-// connected, a reset connection reads as end of file). So an error an event
-// carried is returned by the next operation on that fd that finds nothing
-// better (0 or EAGAIN). A native kqueue leaves SO_ERROR in place: there the
-// syscall reports the error itself, which settles it.
-std::int64_t with_reported_error(int& error, std::int64_t r) noexcept {
-    if (error == 0 || r > 0) return r;
-    if (r == 0 || r == -EAGAIN || r == -EWOULDBLOCK) r = -static_cast<std::int64_t>(error);
-    error = 0;
-    return r;
-}
-
 }  // namespace
-
-void kqueue_backend::op_list::push_back(operation& op) noexcept {
-    op.next = nullptr;
-    op.prev = tail;
-    if (tail)
-        tail->next = &op;
-    else
-        head = &op;
-    tail = &op;
-}
-
-void kqueue_backend::op_list::erase(operation& op) noexcept {
-    if (op.prev)
-        op.prev->next = op.next;
-    else
-        head = op.next;
-    if (op.next)
-        op.next->prev = op.prev;
-    else
-        tail = op.prev;
-    op.next = op.prev = nullptr;
-}
 
 kqueue_backend::kqueue_backend() {
     m_kq = ::kqueue();
@@ -154,7 +90,6 @@ kqueue_backend::kqueue_backend() {
         ::close(m_kq);
         throw std::system_error(err, std::system_category(), "kevent(EVFILT_USER)");
     }
-    m_fds.resize(256);
     // Reserved once: queueing a change or a failure never allocates.
     m_changes.reserve(max_events);
     m_failed.reserve(max_events);
@@ -163,23 +98,12 @@ kqueue_backend::kqueue_backend() {
 
 kqueue_backend::~kqueue_backend() { ::close(m_kq); }
 
-kqueue_backend::fd_state& kqueue_backend::state_of(int fd) {
-    auto index = static_cast<std::size_t>(fd);
-    if (index >= m_fds.size()) m_fds.resize(std::max(index + 1, m_fds.size() * 2));
-    return m_fds[index];
-}
-
-kqueue_backend::op_list& kqueue_backend::list_for(operation& op) noexcept {
-    fd_state& st = m_fds[static_cast<std::size_t>(op.fd)];
-    return is_reader(op) ? st.readers : st.writers;
-}
-
 void kqueue_backend::queue_filters(int fd, fd_state& st, std::uint32_t wanted) {
     for (std::uint32_t direction : {readable, writable}) {
-        if (!(wanted & direction) || (st.filters & direction)) continue;
+        if (!(wanted & direction) || (st.watched & direction)) continue;
         if (m_changes.size() == static_cast<std::size_t>(max_events)) flush_changes();
         m_changes.push_back(filter_change(fd, direction, EV_ADD | EV_CLEAR, st.generation));
-        st.filters |= static_cast<std::uint8_t>(direction);
+        st.watched |= static_cast<std::uint8_t>(direction);
     }
 }
 
@@ -191,7 +115,7 @@ void kqueue_backend::add_filters_now(int fd, fd_state& st, std::uint32_t wanted)
     struct kevent changes[2];
     int n = 0;
     for (std::uint32_t direction : {readable, writable})
-        if ((wanted & direction) && !(st.filters & direction))
+        if ((wanted & direction) && !(st.watched & direction))
             changes[n++] = filter_change(fd, direction, EV_ADD | EV_CLEAR, st.generation);
     if (n == 0) return;
     const int r = apply_with_receipts(m_kq, changes, n);
@@ -201,7 +125,7 @@ void kqueue_backend::add_filters_now(int fd, fd_state& st, std::uint32_t wanted)
         if (changes[i].data != 0)
             error = static_cast<int>(changes[i].data);
         else
-            st.filters |= static_cast<std::uint8_t>(direction_of(changes[i]));
+            st.watched |= static_cast<std::uint8_t>(direction_of(changes[i]));
     }
     if (error) throw std::system_error(error, std::system_category(), "kevent(EV_ADD)");
 }
@@ -225,17 +149,15 @@ void kqueue_backend::flush_changes() {
 // kernel refuses that kind of file): whoever waits on that direction would
 // wait forever, so complete them with the error.
 void kqueue_backend::filter_failed(const struct kevent& ev) noexcept {
-    const auto index = static_cast<std::size_t>(ev.ident);
-    if (index >= m_fds.size()) return;
-    fd_state& st = m_fds[index];
-    if (st.generation != generation_of(ev)) return;  // closed since: its waiters are gone
+    fd_state* st = known_state(static_cast<std::size_t>(ev.ident));
+    if (!st || st->generation != generation_of(ev)) return;  // closed since: its waiters are gone
     const std::uint32_t direction = direction_of(ev);
-    st.filters &= static_cast<std::uint8_t>(~direction);
+    st->watched &= static_cast<std::uint8_t>(~direction);
     const std::int64_t result = -static_cast<std::int64_t>(ev.data);
-    for (op_list* list : {&st.readers, &st.writers}) {
+    for (op_list* list : {&st->readers, &st->writers}) {
         for (operation* op = list->head; op;) {
             operation* next = op->next;
-            const std::uint32_t needs = op->code == op_code::poll ? op->events : (list == &st.readers ? readable : writable);
+            const std::uint32_t needs = op->code == op_code::poll ? op->events : (list == &st->readers ? readable : writable);
             if (needs & direction) {
                 list->erase(*op);
                 finish(*op, result);
@@ -246,64 +168,22 @@ void kqueue_backend::filter_failed(const struct kevent& ev) noexcept {
 }
 
 bool kqueue_backend::submit(operation& op) {
-    if (op.fd < 0) {
-        op.result = -EBADF;
-        op.state = op_state::done;
-        return true;
-    }
+    if (op.fd < 0) return complete_now(op, -EBADF);
+    fd_state& st = state_of(op.fd);
     if (op.code == op_code::poll) {
-        fd_state& st = state_of(op.fd);
         add_filters_now(op.fd, st, op.events);
         // A filter already there only reports changes, so ask the kernel now,
         // as epoll does. Asked even for a filter just added: EVFILT_READ on a
         // regular file counts the bytes left and stays silent at its end,
         // where poll(2) (and epoll, which refuses such files) says readable.
-        const std::uint32_t ready = ready_now(op.fd, op.events);
-        if (ready && !op.persistent) {
-            op.result = static_cast<std::int64_t>(ready);
-            op.state = op_state::done;
-            return true;
-        }
-        op.state = op_state::pending;
-        if (ready) {
-            // Persistent and ready already: complete it from the next poll().
-            op.result = static_cast<std::int64_t>(ready);
-            m_deferred.push_back(op);
-            op.backend_tag = in_deferred;
-            // No event will come for it: make native_handle() readable so a host
-            // polling that descriptor comes back to us.
-            wake();
-        } else {
-            (is_reader(op) ? st.readers : st.writers).push_back(op);
-            op.backend_tag = in_fd_list;
-        }
-        return false;
+        return start_poll(op, st, ready_now(op.fd, op.events));
     }
-    fd_state& st = state_of(op.fd);
-    if (op.code == op_code::connect && !op.connect_started) {
-        op.connect_started = true;
-        const std::int64_t r = start_connect(op);
-        if (r != -EINPROGRESS) {
-            op.result = r;
-            op.state = op_state::done;
-            return true;
-        }
-    } else {
-        const std::int64_t r = with_reported_error(st.error, perform(op));
-        if (r != -EAGAIN && r != -EWOULDBLOCK) {
-            op.result = r;
-            op.state = op_state::done;
-            return true;
-        }
-    }
+    if (attempt(op, st)) return true;
     // Must wait. The filter, if this fd lacks it, goes with the next poll():
     // an operation is only submitted by a task, and a tick polls after its
     // tasks ran before anyone can sleep on native_handle().
-    const bool reader = is_reader(op);
-    queue_filters(op.fd, st, reader ? readable : writable);
-    op.state = op_state::pending;
-    (reader ? st.readers : st.writers).push_back(op);
-    op.backend_tag = in_fd_list;
+    queue_filters(op.fd, st, is_reader(op) ? readable : writable);
+    park(op, st);
     return false;
 }
 
@@ -315,136 +195,39 @@ int kqueue_backend::native_handle() const noexcept {
 #endif
 }
 
-void kqueue_backend::finish(operation& op, std::int64_t result) noexcept {
-    op.backend_tag = 0;
-    op.result = result;
-    op.state = op_state::done;
-    ++m_completed;
-    op.complete(op);
-}
-
-void kqueue_backend::unlink(operation& op) noexcept {
-    if (op.backend_tag == in_deferred)
-        m_deferred.erase(op);
-    else
-        list_for(op).erase(op);
-    op.backend_tag = 0;
-}
-
-void kqueue_backend::cancel(operation& op) noexcept {
-    if (!op.pending()) return;
-    unlink(op);
-    finish(op, -ECANCELED);
-}
-
-void kqueue_backend::forget(operation& op) noexcept {
-    if (!op.pending()) return;
-    unlink(op);
-    op.state = op_state::idle;
-}
-
 void kqueue_backend::close_fd(int fd) noexcept {
-    auto index = static_cast<std::size_t>(fd);
-    if (fd < 0 || index >= m_fds.size()) return;
-    fd_state& st = m_fds[index];
-    // Events already collected for this fd carry the old generation and are dropped.
-    ++st.generation;
-    st.got = 0;
-    st.error = 0;
-    const std::uint8_t had = st.filters;
-    st.filters = 0;
+    fd_state* st = known_state(static_cast<std::size_t>(fd));
+    if (!st) return;
     // Queued filters must not reach whatever reuses the number.
     std::erase_if(m_changes, [fd](const struct kevent& ev) { return ev.ident == static_cast<std::uintptr_t>(fd); });
 #if defined(LIBKQUEUE)
     // A native kqueue drops an fd's filters when it is closed. libkqueue cannot
     // see the close and would keep them (with an epoll registration the kernel
     // has dropped), so a reused number would never report: delete them now.
-    if (had) {
+    if (st->watched) {
         struct kevent changes[2];
         int n = 0;
         for (std::uint32_t direction : {readable, writable})
-            if (had & direction) changes[n++] = filter_change(fd, direction, EV_DELETE, 0);
+            if (st->watched & direction) changes[n++] = filter_change(fd, direction, EV_DELETE, 0);
         // A filter still queued when we erased it above was never added: ENOENT, fine.
         apply_with_receipts(m_kq, changes, n);
     }
-#else
-    (void)had;
 #endif
-    while (operation* op = st.readers.head) {
-        st.readers.erase(*op);
-        finish(*op, -ECANCELED);
-    }
-    while (operation* op = st.writers.head) {
-        st.writers.erase(*op);
-        finish(*op, -ECANCELED);
-    }
-    for (operation* op = m_deferred.head; op;) {
-        operation* next = op->next;
-        if (op->fd == fd) {
-            m_deferred.erase(*op);
-            finish(*op, -ECANCELED);
-        }
-        op = next;
-    }
-}
-
-void kqueue_backend::retry(fd_state& st, op_list& list, std::uint32_t got, bool polls_only) {
-    // Retry in arrival order; stop at the first that must wait again, so
-    // waiters are served FIFO and no syscall is wasted.
-    operation* op = list.head;
-    while (op) {
-        operation* next = op->next;
-        if (op->code == op_code::poll) {
-            std::uint32_t ready = op->events & got;
-            if (!ready) {
-                op = next;
-                continue;
-            }
-            if (op->persistent) {
-                op->result = ready;
-                ++m_completed;
-                op->complete(*op);  // stays armed
-            } else {
-                list.erase(*op);
-                finish(*op, ready);
-            }
-            op = next;
-            continue;
-        }
-        if (polls_only) {
-            op = next;
-            continue;
-        }
-        const std::int64_t r = with_reported_error(st.error, op->code == op_code::connect ? finish_connect(*op) : perform(*op));
-        if (r == -EAGAIN || r == -EWOULDBLOCK) {
-            // The rest must wait too, but readiness waits further on (a readable|
-            // writable watcher kept with the readers) still hear of this event.
-            polls_only = true;
-            op = next;
-            continue;
-        }
-        list.erase(*op);
-        finish(*op, r);
-        op = next;
-    }
+    // The rest (a new generation, the waiters cancelled) is every readiness backend's.
+    readiness_backend::close_fd(fd);
 }
 
 int kqueue_backend::poll(std::chrono::nanoseconds timeout) {
     m_completed = 0;
-    if (!m_deferred.empty() || !m_failed.empty()) timeout = std::chrono::nanoseconds::zero();
+    if (has_deferred() || !m_failed.empty()) timeout = std::chrono::nanoseconds::zero();
 
-    ::timespec ts{};
-    ::timespec* tsp = nullptr;
-    if (timeout >= std::chrono::nanoseconds::zero()) {
-        ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
-        ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
-        tsp = &ts;
-    }
     // One call adds the filters queued since the last poll and waits. A change
     // that fails takes an event slot (EV_ERROR); there are never more changes
     // than slots, so each failure finds one.
     struct kevent events[max_events];
-    const int n = ::kevent(m_kq, m_changes.data(), static_cast<int>(m_changes.size()), events, max_events, tsp);
+    ::timespec ts{};
+    const int n = ::kevent(m_kq, m_changes.data(), static_cast<int>(m_changes.size()), events, max_events,
+                           to_timespec(timeout, ts));
     if (n < 0) {
         // EINTR comes from the wait, after the changes were made.
         if (errno == EINTR) {
@@ -458,14 +241,7 @@ int kqueue_backend::poll(std::chrono::nanoseconds timeout) {
     for (const struct kevent& ev : m_failed) filter_failed(ev);
     m_failed.clear();
 
-    while (operation* op = m_deferred.head) {
-        m_deferred.erase(*op);
-        fd_state& st = m_fds[static_cast<std::size_t>(op->fd)];
-        (is_reader(*op) ? st.readers : st.writers).push_back(*op);
-        op->backend_tag = in_fd_list;
-        ++m_completed;
-        op->complete(*op);
-    }
+    complete_deferred();
 
     // kqueue reports each filter apart; gather one fd's directions first so
     // its waiters are retried once with both, as epoll's single event does.
@@ -476,13 +252,11 @@ int kqueue_backend::poll(std::chrono::nanoseconds timeout) {
             filter_failed(ev);
             continue;
         }
-        const auto index = static_cast<std::size_t>(ev.ident);
-        if (index >= m_fds.size()) continue;
-        fd_state& st = m_fds[index];
-        if (st.generation != generation_of(ev)) continue;  // closed since this event was queued
-        if (st.got == 0) m_touched.push_back(static_cast<int>(ev.ident));
-        st.got |= static_cast<std::uint8_t>(direction_of(ev));
-        if ((ev.flags & EV_EOF) && ev.fflags != 0) st.error = static_cast<int>(ev.fflags);
+        fd_state* st = known_state(static_cast<std::size_t>(ev.ident));
+        if (!st || st->generation != generation_of(ev)) continue;  // closed since this event was queued
+        if (st->got == 0) m_touched.push_back(static_cast<int>(ev.ident));
+        st->got |= static_cast<std::uint8_t>(direction_of(ev));
+        if ((ev.flags & EV_EOF) && ev.fflags != 0) st->error = static_cast<int>(ev.fflags);
     }
 #if defined(LIBKQUEUE)
     // libkqueue takes up to `max_events` epoll events and turns each into one
@@ -496,12 +270,7 @@ int kqueue_backend::poll(std::chrono::nanoseconds timeout) {
         fd_state& st = m_fds[static_cast<std::size_t>(fd)];
         const std::uint32_t got = std::exchange(st.got, std::uint8_t{0});
         if (!got) continue;  // closed while an earlier fd was served
-        // Readiness waits for both directions are kept with the readers.
-        if (got & readable)
-            retry(st, st.readers, got, false);
-        else if (got & writable)
-            retry(st, st.readers, got, true);
-        if (got & writable) retry(st, st.writers, got, false);
+        on_ready(st, got);
     }
     m_touched.clear();
     return m_completed;

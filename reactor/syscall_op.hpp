@@ -1,7 +1,7 @@
 #pragma once
-// The syscall behind each operation, shared by the readiness backends.
-// Every function returns the syscall's value or -errno and never leaves errno
-// as its only report.
+// The syscall behind each operation, shared by the readiness backends, and
+// the direction an operation waits in. Every syscall function returns the
+// syscall's value or -errno and never leaves errno as its only report.
 
 #include <spindle/reactor/operation.hpp>
 
@@ -12,6 +12,21 @@
 #include <unistd.h>
 
 namespace spindle::reactor {
+
+// The direction an operation waits in: the list a readiness backend parks it
+// in, and what io_uring polls for when the kernel answers EAGAIN. Readiness
+// waits for both directions count as readers.
+inline bool is_reader(const operation& op) noexcept {
+    switch (op.code) {
+        case op_code::read:
+        case op_code::readv:
+        case op_code::recv:
+        case op_code::recvmsg:
+        case op_code::accept: return true;
+        case op_code::poll: return (op.events & readable) != 0;
+        default: return false;
+    }
+}
 
 inline std::int64_t or_errno(long long r) noexcept { return r < 0 ? -static_cast<std::int64_t>(errno) : r; }
 
