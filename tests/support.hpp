@@ -9,7 +9,11 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <utility>
 
 #include <chrono>
 #include <memory>
@@ -83,6 +87,33 @@ struct pipe_pair {
     pipe_pair(const pipe_pair&) = delete;
     pipe_pair& operator=(const pipe_pair&) = delete;
     bool put(char c = 'x') const { return ::write(w, &c, 1) == 1; }
+};
+
+/// A connected pair of non-blocking stream sockets, closed after the loop that
+/// used them (declare it first). `a` may be handed to a task (then it is no
+/// longer ours to close).
+struct socket_pair {
+    int a = -1;
+    int b = -1;
+    socket_pair() {
+        int fds[2];
+        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
+        a = fds[0];
+        b = fds[1];
+    }
+    ~socket_pair() {
+        if (a >= 0) ::close(a);
+        ::close(b);
+    }
+    socket_pair(const socket_pair&) = delete;
+    socket_pair& operator=(const socket_pair&) = delete;
+    int give_a() { return std::exchange(a, -1); }
+    /// recv on `b`: 0 once `a` is closed; -EAGAIN while `a` is open and silent.
+    long peek_b() const {
+        char c;
+        const ssize_t n = ::recv(b, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+        return n < 0 ? -errno : static_cast<long>(n);
+    }
 };
 
 /// Counts live instances, to prove frames and their locals were destroyed.

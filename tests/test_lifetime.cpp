@@ -26,33 +26,8 @@ using spindle::test::counted;
 
 namespace {
 
-/// A connected pair of non-blocking stream sockets. The test keeps `b`; `a`
-/// may be handed to a task (then it is no longer ours to close).
-struct socket_pair {
-    int a = -1;
-    int b = -1;
-    socket_pair() {
-        int fds[2];
-        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-        a = fds[0];
-        b = fds[1];
-    }
-    ~socket_pair() {
-        if (a >= 0) ::close(a);
-        ::close(b);
-    }
-    socket_pair(const socket_pair&) = delete;
-    socket_pair& operator=(const socket_pair&) = delete;
-    int give_a() { return std::exchange(a, -1); }
-    /// recv on `b`: 0 once `a` is closed; -EAGAIN while `a` is open and silent.
-    long peek_b() const {
-        char c;
-        const ssize_t n = ::recv(b, &c, 1, MSG_DONTWAIT | MSG_PEEK);
-        return n < 0 ? -errno : static_cast<long>(n);
-    }
-};
-
 using spindle::test::pipe_pair;
+using spindle::test::socket_pair;
 
 // --- tasks parked in every way a task can park ----------------------------------
 // Each owns a counted local and one end of a socket pair (through unique_fd);

@@ -52,23 +52,7 @@ std::string how(std::error_code ec) {
     return ec.message();
 }
 
-/// A non-blocking socketpair, closed after the loop that used it (declare it first).
-struct socket_pair {
-    int a = -1;
-    int b = -1;
-    socket_pair() {
-        int fds[2];
-        REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-        a = fds[0];
-        b = fds[1];
-    }
-    ~socket_pair() {
-        ::close(a);
-        ::close(b);
-    }
-    socket_pair(const socket_pair&) = delete;
-    socket_pair& operator=(const socket_pair&) = delete;
-};
+using spindle::test::socket_pair;
 
 // --- the clock -------------------------------------------------------------------
 
