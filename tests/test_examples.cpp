@@ -221,6 +221,16 @@ TEST_CASE("a bad argument is refused with status 2") {
     }
 }
 
+TEST_CASE("a backend that cannot start is reported with status 1, not a crash") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP", "SPINDLE_GAME", "SPINDLE_LOAD"}) {
+        // A SPINDLE_BACKEND that names no backend overrides any --backend.
+        command_result r = run({"env", "SPINDLE_BACKEND=select", program(env), "--port", "1"});
+        INFO(env << ": " << r.output);
+        CHECK(r.status == 1);
+        CHECK(count(r.output, "SPINDLE_BACKEND='select' is not a backend") == 1);
+    }
+}
+
 TEST_CASE("every TCP example stops with status 0 on SIGINT and on SIGTERM, with connections open") {
     for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP"}) {
         for (int signo : {SIGINT, SIGTERM}) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 namespace spindle::examples {
 
@@ -131,6 +132,16 @@ task<void> connection_set::wait_all() {
         join_handle<void> h = std::move(first->second);
         m_live.erase(first);
         co_await std::move(h);
+    }
+}
+
+bool open_loop(std::optional<loop>& out, const loop_options& options) {
+    try {
+        out.emplace(options);
+        return true;
+    } catch (const std::exception& e) {  // std::system_error, or std::invalid_argument for SPINDLE_BACKEND
+        std::fprintf(stderr, "cannot start the loop: %s\n", e.what());
+        return false;
     }
 }
 

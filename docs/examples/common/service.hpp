@@ -39,6 +39,10 @@ struct service_info {
 /// to stderr (stdout is the program's own output; SPDLOG_LEVEL=debug shows more).
 service_options parse_service_options(int argc, char** argv, const service_info& info);
 
+/// Creates the loop in `out`. When it cannot start (a backend not available
+/// here, a SPINDLE_BACKEND that names none) says why on stderr and returns false.
+bool open_loop(std::optional<loop>& out, const loop_options& options);
+
 /// Creates a loop with `options` and runs `make_main()` (a task<int>) on it;
 /// its value is the exit status. A backend that cannot start is reported as
 /// status 1, not a crash.
@@ -171,12 +175,7 @@ task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle h
 template <class MakeMain>
 int run_service_loop(const loop_options& options, MakeMain make_main) {
     std::optional<loop> l;
-    try {
-        l.emplace(options);
-    } catch (const std::system_error& e) {
-        std::fprintf(stderr, "cannot start the loop: %s\n", e.what());
-        return 1;
-    }
+    if (!open_loop(l, options)) return 1;
     return l->block_on(make_main());
 }
 

@@ -3,6 +3,7 @@
 // measured, then stops both with SIGTERM and checks that they exit cleanly.
 
 #include "../load/load.hpp"
+#include "service.hpp"
 
 #include <cerrno>
 #include <csignal>
@@ -104,8 +105,8 @@ int main(int, char** argv) {
     if (http && echo) {
         std::printf("spindle-http on 127.0.0.1:%u, spindle-echo on 127.0.0.1:%u; 3 s per run, loopback\n\n", http->port, echo->port);
         std::fflush(stdout);
-        loop l;
-        failures = l.block_on(drive(*http, *echo));
+        std::optional<loop> l;
+        failures = open_loop(l, {}) ? l->block_on(drive(*http, *echo)) : 1;
         std::printf("\n");
     } else {
         failures = 1;

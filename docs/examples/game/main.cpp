@@ -37,6 +37,7 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <string_view>
@@ -349,7 +350,9 @@ void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_t
 }
 
 int serve(const service_options& options) {
-    loop host(loop_options{.backend = options.backend});
+    std::optional<loop> opened;
+    if (!spindle::examples::open_loop(opened, loop_options{.backend = options.backend})) return 1;
+    loop& host = *opened;
     // Caught from now on: a signal that arrives before the first wait is kept
     // for it rather than killing the process.
     host.catch_signal(SIGINT);

@@ -2,10 +2,12 @@
 // server) from N connections for a fixed time and prints what it measured.
 
 #include "load.hpp"
+#include "service.hpp"
 
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 using namespace spindle;
@@ -69,8 +71,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     options.target = *target;
-    loop l(lo);
-    load_report report = l.block_on(run_load(options));
+    std::optional<loop> l;
+    if (!open_loop(l, lo)) return 1;
+    load_report report = l->block_on(run_load(options));
     std::printf("%s %s: %d connections, depth %d: %s\n", options.mode == load_mode::echo ? "echo" : "http",
                 target->to_string().c_str(), options.connections, options.depth, report.summary().c_str());
     if (!report.first_error.empty()) std::printf("first error: %s\n", report.first_error.c_str());
