@@ -110,7 +110,7 @@ options parse(int argc, char** argv) {
         if (arg == "--backends") {
             o.backends = split(value);
             for (const std::string& b : o.backends) {
-                if (!reactor::backend_from_string(b)) {
+                if (!backend_from_string(b)) {
                     std::fprintf(stderr, "spindle-echo-bench: unknown backend '%s'\n", b.c_str());
                     usage(stderr, 2);
                 }
@@ -392,7 +392,7 @@ run_result run_one(const options& o, const std::string& backend, int depth, int 
     // The load generator always uses epoll, so that only the server changes
     // from one run to the next.
     loop_options client;
-    client.backend = reactor::backend_kind::epoll;
+    client.backend = backend_kind::epoll;
     load_report report;
     rusage before{}, after{};
     ::getrusage(RUSAGE_SELF, &before);

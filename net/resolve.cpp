@@ -1,4 +1,4 @@
-#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/park.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/resolve.hpp>
@@ -19,7 +19,7 @@ namespace spindle::net {
 
 namespace {
 
-class resolve_awaiter;
+class resolve_wait;
 
 // One lookup, shared by the awaiting task and the worker running it. The
 // awaiter may go away first (cancelled, or its frame destroyed): it then
@@ -31,7 +31,7 @@ struct lookup {
 
     std::mutex mutex;
     loop* owner = nullptr;             // guarded by mutex
-    resolve_awaiter* waiter = nullptr;  // guarded by mutex; touched on the loop thread only otherwise
+    resolve_wait* waiter = nullptr;  // guarded by mutex; touched on the loop thread only otherwise
 
     // Written by the worker before it posts; read on the loop after the post.
     std::vector<address> found;
@@ -109,52 +109,36 @@ void run_lookup(lookup& job) {
     }
 }
 
-class resolve_awaiter {
+// The awaiting task parks on this until a worker answers (through a post to
+// the loop) or the wait is cancelled.
+class resolve_wait : public waiter {
 public:
-    explicit resolve_awaiter(std::shared_ptr<lookup> job, std::stop_token token) noexcept
-        : m_job(std::move(job)), m_token(std::move(token)) {}
-    resolve_awaiter(const resolve_awaiter&) = delete;
-    resolve_awaiter& operator=(const resolve_awaiter&) = delete;
-    ~resolve_awaiter() { detach(); }
+    explicit resolve_wait(std::shared_ptr<lookup> job) noexcept : m_job(std::move(job)) {}
 
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &spindle::detail::current_task();
-        m_task->m_resume = h;
-        if (m_token.stop_requested()) {
-            m_cancelled = true;
-            spindle::detail::schedule(*m_task);
-            return;
-        }
+    void on_park() {
         {
             std::lock_guard lock(m_job->mutex);
-            m_job->owner = m_task->m_loop;
+            m_job->owner = &owner();
             m_job->waiter = this;
         }
         resolver_pool::instance().submit(m_job);
-        m_cancel.arm(m_token, this);
-        spindle::detail::park_cancellable(*m_task, this);
     }
-    result<std::vector<address>> await_resume() {
-        spindle::detail::unpark(m_task);
-        m_cancel.disarm();
-        if (m_cancelled) return cancelled_error();
+    void on_cancel() noexcept {
+        detach();
+        complete_cancelled();
+    }
+    void on_abandon() noexcept { detach(); }
+    void describe(std::string& out) const { out += "resolve " + m_job->host; }
+    result<std::vector<address>> take() {
+        if (cancelled()) return cancelled_error();
         if (m_job->error) return m_job->error;
         return std::move(m_job->found);
     }
 
-    void on_cancel() noexcept {
-        if (m_done || m_cancelled) return;
-        detach();
-        m_cancelled = true;
-        spindle::detail::schedule(*m_task);
-    }
-
     // On the loop thread, from the worker's post.
     void on_answer() noexcept {
-        if (m_cancelled) return;
-        m_done = true;
-        spindle::detail::schedule(*m_task);
+        detach();
+        complete();
     }
 
 private:
@@ -164,11 +148,6 @@ private:
     }
 
     std::shared_ptr<lookup> m_job;
-    std::stop_token m_token;
-    spindle::detail::task_header* m_task = nullptr;
-    bool m_done = false;
-    bool m_cancelled = false;
-    spindle::detail::cancel_hook<resolve_awaiter> m_cancel;
 };
 
 void resolver_pool::work() {
@@ -192,7 +171,7 @@ void resolver_pool::work() {
         std::lock_guard lock(job->mutex);
         if (job->waiter) {
             job->owner->post([job] {
-                resolve_awaiter* w;
+                resolve_wait* w;
                 {
                     std::lock_guard inner(job->mutex);
                     w = job->waiter;
@@ -221,7 +200,7 @@ task<result<std::vector<address>>> resolve(std::string host, std::string service
     job->host = std::move(host);
     job->service = std::move(service);
     job->hints = hints;
-    co_return co_await resolve_awaiter(std::move(job), std::move(token));
+    co_return co_await parked<resolve_wait>(std::move(token), std::move(job));
 }
 
 }  // namespace spindle::net

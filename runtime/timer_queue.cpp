@@ -1,4 +1,4 @@
-#include <spindle/detail/timer_queue.hpp>
+#include "timer_queue.hpp"
 
 #include <algorithm>
 

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--backend" && i + 1 < argc) {
-            auto kind = spindle::reactor::backend_from_string(argv[++i]);
+            auto kind = spindle::backend_from_string(argv[++i]);
             if (!kind) return 2;
             options.backend = *kind;
         } else if (arg == "--loops" && i + 1 < argc) {

@@ -27,7 +27,7 @@ namespace spindle::test {
 /// descriptor never turns readable: there it is -1 and the test says so.
 inline bool has_native_handle(const spindle::loop& l) {
     if (l.native_handle() >= 0) return true;
-    CHECK(l.backend() == spindle::reactor::backend_kind::kqueue);
+    CHECK(l.backend() == spindle::backend_kind::kqueue);
     WARN("this backend has no pollable descriptor (libkqueue); nothing to check");
     return false;
 }

@@ -1005,7 +1005,7 @@ TEST_CASE("io: a readiness backend tries the syscall before parking", "[io]") {
     run_with_watchdog(l, sync_main(p.a.get(), p.b.get(), s));
     CHECK(s.got == "abc");
     CHECK(s.moved_on_parked_read > 0);  // the method does see a suspension
-    if (l.backend() == spindle::reactor::backend_kind::io_uring) {
+    if (l.backend() == spindle::backend_kind::io_uring) {
         // A completion backend sends every request to the kernel with the next
         // poll: a ready read parks too, and other tasks run meanwhile.
         CHECK(s.moved_on_ready_read >= 0);
@@ -1159,11 +1159,11 @@ TEST_CASE("io: one-shot wait_readable and wait_writable on a pipe", "[io]") {
     REQUIRE(::fcntl(p.b.get(), F_SETPIPE_SZ, 4096) >= 0);  // quick to fill
     run_with_watchdog(l, readiness_main(p.a.get(), p.b.get(), s));
     CHECK_FALSE(s.readable_done_before_write);
-    CHECK((s.readable_result & spindle::reactor::readable) != 0);
-    CHECK((s.ready_at_once_result & spindle::reactor::readable) != 0);
+    CHECK((s.readable_result & spindle::readable) != 0);
+    CHECK((s.ready_at_once_result & spindle::readable) != 0);
     CHECK(s.filled > 0u);
     CHECK_FALSE(s.writable_done_before_drain);
-    CHECK((s.writable_result & spindle::reactor::writable) != 0);
+    CHECK((s.writable_result & spindle::writable) != 0);
 }
 
 TEST_CASE("io: a persistent watcher calls back on every readiness edge", "[io][watcher]") {
@@ -1172,7 +1172,7 @@ TEST_CASE("io: a persistent watcher calls back on every readiness edge", "[io][w
     loop l;
     owned_pair p(l, make_pipe());
     ctx.fd = p.a.get();
-    spindle::watcher w(l, p.a.get(), spindle::reactor::readable, &on_watch, &ctx);
+    spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx);
     run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, true, seen));
     CHECK(seen == std::vector<int>{1, 2, 3});
     CHECK(ctx.drained == 3u);
@@ -1188,7 +1188,7 @@ TEST_CASE("io: a one-shot watcher calls back once", "[io][watcher]") {
     loop l;
     owned_pair p(l, make_pipe());
     ctx.fd = p.a.get();
-    spindle::watcher w(l, p.a.get(), spindle::reactor::readable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
+    spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
     CHECK(w.active());
     run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
     CHECK(seen == std::vector<int>{1, 1, 1});
@@ -1204,7 +1204,7 @@ TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][wa
     ctx.fd = p.a.get();
 
     SECTION("stop") {
-        spindle::watcher w(l, p.a.get(), spindle::reactor::readable, &on_watch, &ctx);
+        spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx);
         ctx.self = &w;
         ctx.stop_self = true;
         run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
@@ -1215,7 +1215,7 @@ TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][wa
         w.stop();
     }
     SECTION("destroy") {
-        auto w = std::make_unique<spindle::watcher>(l, p.a.get(), spindle::reactor::readable, &on_watch, &ctx);
+        auto w = std::make_unique<spindle::watcher>(l, p.a.get(), spindle::readable, &on_watch, &ctx);
         ctx.owner = &w;
         run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
         CHECK(seen == std::vector<int>{1, 1, 1});
@@ -1232,8 +1232,8 @@ TEST_CASE("io: a callback stops another watcher that fired in the same poll", "[
     watch_ctx c1, c2;
     c1.fd = p1.a.get();
     c2.fd = p2.a.get();
-    spindle::watcher w1(l, p1.a.get(), spindle::reactor::readable, &on_watch, &c1);
-    spindle::watcher w2(l, p2.a.get(), spindle::reactor::readable, &on_watch, &c2);
+    spindle::watcher w1(l, p1.a.get(), spindle::readable, &on_watch, &c1);
+    spindle::watcher w2(l, p2.a.get(), spindle::readable, &on_watch, &c2);
     c1.other = &w2;
     c2.other = &w1;
     run_with_watchdog(l, two_watchers_round(p1.b.get(), p2.b.get(), c1, c2, calls));
@@ -1248,7 +1248,7 @@ TEST_CASE("io: a watcher for readable|writable calls back on writability", "[io]
     watch_ctx ctx;
     ctx.fd = p.a.get();
     ctx.drain = false;
-    const std::uint32_t both = spindle::reactor::readable | spindle::reactor::writable;
+    const std::uint32_t both = spindle::readable | spindle::writable;
 
     SECTION("one-shot, on a socket that is writable from the start") {
         spindle::watcher w(l, p.a.get(), both, &on_watch, &ctx, spindle::watcher::mode::one_shot);
@@ -1266,7 +1266,7 @@ TEST_CASE("io: a watcher for readable|writable calls back on writability", "[io]
         CHECK(ctx.calls >= 1);           // the peer drained it: writable
     }
     SECTION("control: writable alone") {
-        spindle::watcher w(l, p.a.get(), spindle::reactor::writable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
+        spindle::watcher w(l, p.a.get(), spindle::writable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
         run_with_watchdog(l, await_calls(ctx.calls, 1));
         CHECK(ctx.calls == 1);
     }
@@ -1280,7 +1280,7 @@ TEST_CASE("io: closing a watched descriptor through the loop ends the watch", "[
     ctx.fd = p.a;
     ctx.drain = false;
     bool had_work_before = false;
-    spindle::watcher w(l, p.a, spindle::reactor::readable, &on_watch, &ctx);
+    spindle::watcher w(l, p.a, spindle::readable, &on_watch, &ctx);
     run_with_watchdog(l, close_watched(l, p.a, had_work_before));
     CHECK(had_work_before);  // the persistent watcher kept the loop alive
     // Its operation was completed (operation_canceled) and the fd is gone: the
@@ -1382,10 +1382,10 @@ TEST_CASE("io: a watcher constructor that throws leaves the loop without work", 
         loop l;
         // Only epoll refuses a regular file at once (EPERM); io_uring and
         // kqueue accept the watch and report the file as always readable.
-        if (l.backend() != spindle::reactor::backend_kind::epoll) {
+        if (l.backend() != spindle::backend_kind::epoll) {
             watch_ctx always;
             always.drain = false;
-            spindle::watcher w(l, file, spindle::reactor::readable, &on_watch, &always, spindle::watcher::mode::one_shot);
+            spindle::watcher w(l, file, spindle::readable, &on_watch, &always, spindle::watcher::mode::one_shot);
             CHECK(run_returns_by_itself(l, 5s));
             CHECK(always.calls == 1);
             ::close(file);
@@ -1399,7 +1399,7 @@ TEST_CASE("io: a watcher constructor that throws leaves the loop without work", 
         std::unique_ptr<spindle::watcher> w;
         bool threw = false;
         try {
-            w = std::make_unique<spindle::watcher>(l, file, spindle::reactor::readable, &on_watch, &ctx, m);
+            w = std::make_unique<spindle::watcher>(l, file, spindle::readable, &on_watch, &ctx, m);
         } catch (const std::system_error& e) {
             threw = true;
             CAPTURE(e.what());
@@ -1415,7 +1415,7 @@ TEST_CASE("io: a watcher constructor that throws leaves the loop without work", 
         watch_ctx ok;
         ok.fd = p.a.get();
         {
-            spindle::watcher good(l, p.a.get(), spindle::reactor::readable, &on_watch, &ok, spindle::watcher::mode::one_shot);
+            spindle::watcher good(l, p.a.get(), spindle::readable, &on_watch, &ok, spindle::watcher::mode::one_shot);
             CHECK(l.has_work());
             REQUIRE(::write(p.b.get(), "w", 1) == 1);
             CHECK(run_returns_by_itself(l, 5s));
@@ -1434,8 +1434,8 @@ TEST_CASE("io: two watchers on one socket fire in the same poll and the first cl
         closing_fd target{&l, sp.a};
         closing_ctx cw{&target}, cr{&target};
         REQUIRE(::write(sp.b, "x", 1) == 1);  // sp.a is readable and writable
-        spindle::watcher ww(l, sp.a, spindle::reactor::writable, &close_on_call, &cw);
-        spindle::watcher wr(l, sp.a, spindle::reactor::readable, &close_on_call, &cr);
+        spindle::watcher ww(l, sp.a, spindle::writable, &close_on_call, &cw);
+        spindle::watcher wr(l, sp.a, spindle::readable, &close_on_call, &cr);
         l.run_once(10ms);
         CHECK(target.closed);
         // Both were collected by that one poll (a callback for the cancellation may follow).
@@ -1460,12 +1460,12 @@ TEST_CASE("io: a watcher deferred because its descriptor was ready and then clos
     REQUIRE(::write(old.b, "x", 1) == 1);
     int ready = 0;
     run_with_watchdog(l, readable_waiter(old.a, ready));
-    REQUIRE((ready & spindle::reactor::readable) != 0);
+    REQUIRE((ready & spindle::readable) != 0);
     watch_ctx ctx;
     ctx.drain = false;
     std::string got;
     {
-        spindle::watcher w(l, old.a, spindle::reactor::readable, &on_watch, &ctx);
+        spindle::watcher w(l, old.a, spindle::readable, &on_watch, &ctx);
         REQUIRE(ctx.calls == 0);  // deferred, not called back from the constructor
         const int number = old.a;
         l.close_fd(old.a);
@@ -1508,7 +1508,7 @@ TEST_CASE("io: a watcher deferred at construction makes native_handle() readable
     watch_ctx c1, c2;
     c1.drain = false;
     c2.drain = false;
-    spindle::watcher first(l, p.a.get(), spindle::reactor::readable, &on_watch, &c1);  // registers the fd
+    spindle::watcher first(l, p.a.get(), spindle::readable, &on_watch, &c1);  // registers the fd
     l.run_once(0ns);
     REQUIRE(::write(p.b.get(), "x", 1) == 1);
     for (int i = 0; i < 20 && c1.calls == 0; ++i) l.run_once(10ms);
@@ -1517,7 +1517,7 @@ TEST_CASE("io: a watcher deferred at construction makes native_handle() readable
     REQUIRE(::poll(&pfd, 1, 0) == 0);  // nothing to do yet
 
     // Ready already: no edge will come for it, the next poll completes it.
-    spindle::watcher second(l, p.a.get(), spindle::reactor::readable, &on_watch, &c2);
+    spindle::watcher second(l, p.a.get(), spindle::readable, &on_watch, &c2);
     CHECK(c2.calls == 0);
     pfd.revents = 0;
     const int n = ::poll(&pfd, 1, 500);  // bounded here; a host would wait forever
@@ -1542,7 +1542,7 @@ TEST_CASE("io: a readable|writable watcher queued behind a read that hits EAGAIN
     REQUIRE_FALSE(r2.done());
     watch_ctx ctx;
     ctx.drain = false;
-    spindle::watcher w(l, p.a.get(), spindle::reactor::readable | spindle::reactor::writable, &on_watch, &ctx);
+    spindle::watcher w(l, p.a.get(), spindle::readable | spindle::writable, &on_watch, &ctx);
     for (int i = 0; i < 3; ++i) l.run_once(5ms);
     REQUIRE(ctx.calls == 0);
 
@@ -1555,7 +1555,7 @@ TEST_CASE("io: a readable|writable watcher queued behind a read that hits EAGAIN
     for (int i = 0; i < 20 && (ctx.calls == 0 || !(r1.done() || r2.done())); ++i) l.run_once(10ms);
     CHECK(r1.done() != r2.done());
     CHECK((r1.done() ? first : second) == 1);
-    if (l.backend() != spindle::reactor::backend_kind::io_uring) CHECK(r1.done());
+    if (l.backend() != spindle::backend_kind::io_uring) CHECK(r1.done());
     ::pollfd pfd{p.a.get(), POLLOUT, 0};
     REQUIRE(::poll(&pfd, 1, 0) == 1);  // the socket is writable now
     CHECK(ctx.calls >= 1);

@@ -465,8 +465,8 @@ TEST_CASE("aborting the task awaiting when_all aborts its children", "[task][whe
     bool r1 = false, r2 = false, parent_resumed = false;
     auto parent = l.spawn(awaits_children(r1, r2, parent_resumed));
     // Run until both children are parked in their sleeps (bounded).
-    for (int i = 0; i < 20 && l.timers().size() < 2; ++i) l.run_once(0ns);
-    REQUIRE(l.timers().size() == 2);
+    for (int i = 0; i < 20 && l.timer_count() < 2; ++i) l.run_once(0ns);
+    REQUIRE(l.timer_count() == 2);
     REQUIRE(counted::alive == 2);
     REQUIRE(l.task_count() == 3);  // parent and two children
 

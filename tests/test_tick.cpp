@@ -469,7 +469,7 @@ TEST_CASE("run() returns by itself once nothing remains, not before", "[tick][ru
     }
     SECTION("a persistent watcher, until it stops itself") {
         watcher_ctx ctx;
-        ctx.w = std::make_unique<spindle::watcher>(l, pipe.r, spindle::reactor::readable, &stop_own_watcher, &ctx);
+        ctx.w = std::make_unique<spindle::watcher>(l, pipe.r, spindle::readable, &stop_own_watcher, &ctx);
         helper.emplace([&pipe] {
             std::this_thread::sleep_for(30ms);
             pipe.put();

@@ -63,7 +63,7 @@ service_options parse_service_options(int argc, char** argv, const service_info&
             options.port = static_cast<std::uint16_t>(port);
         } else if (arg == "--backend") {
             std::string_view name = value();
-            auto kind = reactor::backend_from_string(name);
+            auto kind = backend_from_string(name);
             if (!kind) {
                 std::fprintf(stderr, "%s: unknown backend '%.*s'\n", argv[0], static_cast<int>(name.size()), name.data());
                 usage(info, stderr, 2);

@@ -24,7 +24,7 @@ namespace spindle::examples {
 struct service_options {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
-    reactor::backend_kind backend = reactor::backend_kind::automatic;
+    backend_kind backend = backend_kind::automatic;
 };
 
 struct service_info {

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
         else if (arg == "--size") options.message_size = static_cast<std::size_t>(number(value, 1, 1 << 20));
         else if (arg == "--depth") options.depth = static_cast<int>(number(value, 1, 1024));
         else if (arg == "--duration") options.duration = std::chrono::seconds(number(value, 1, 600));
-        else if (arg == "--backend" && reactor::backend_from_string(value)) lo.backend = *reactor::backend_from_string(value);
+        else if (arg == "--backend" && backend_from_string(value)) lo.backend = *backend_from_string(value);
         else usage(stderr, 2);
     }
     if (port < 0) usage(stderr, 2);

@@ -50,7 +50,7 @@
 /// receive() and try_receive() return result<T>, which needs T to be default
 /// constructible.
 
-#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/park.hpp>
 #include <spindle/detail/intrusive_list.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/errc.hpp>
@@ -168,9 +168,8 @@ private:
 };
 
 template <class T>
-struct channel_receiver : list_hook<> {
+struct channel_receiver : waiter, list_hook<> {
     enum class state : std::uint8_t { idle, waiting, received, cancelled, closed, done };
-    task_header* m_task = nullptr;
     channel<T>* m_channel = nullptr;
     std::optional<T> m_value;
     /// Hand-off order, for putting values back in order (see channel::put_back).
@@ -179,9 +178,8 @@ struct channel_receiver : list_hook<> {
 };
 
 template <class T>
-struct channel_sender : list_hook<> {
+struct channel_sender : waiter, list_hook<> {
     enum class state : std::uint8_t { idle, waiting, sent, cancelled, closed };
-    task_header* m_task = nullptr;
     channel<T>* m_channel = nullptr;
     // The caller's value; never written to when m_copy (it came as const T&).
     T* m_value = nullptr;
@@ -192,9 +190,13 @@ struct channel_sender : list_hook<> {
 };
 
 template <class T>
-class channel_send_awaiter;
+class channel_send_wait;
 template <class T>
-class channel_receive_awaiter;
+class channel_receive_wait;
+template <class T>
+using channel_send_awaiter = parked<channel_send_wait<T>>;
+template <class T>
+using channel_receive_awaiter = parked<channel_receive_wait<T>>;
 
 }  // namespace detail
 
@@ -273,11 +275,11 @@ public:
         m_closed = true;
         while (sender* s = m_senders.pop_front()) {
             s->m_state = sender::state::closed;
-            detail::schedule(*s->m_task);
+            s->complete();
         }
         while (receiver* r = m_receivers.pop_front()) {
             r->m_state = receiver::state::closed;
-            detail::schedule(*r->m_task);
+            r->complete();
         }
     }
 
@@ -291,8 +293,8 @@ public:
 private:
     using receiver = detail::channel_receiver<T>;
     using sender = detail::channel_sender<T>;
-    friend class detail::channel_send_awaiter<T>;
-    friend class detail::channel_receive_awaiter<T>;
+    friend class detail::channel_send_wait<T>;
+    friend class detail::channel_receive_wait<T>;
 
     static std::size_t checked(std::size_t capacity) {
         if (capacity == 0) throw std::invalid_argument("spindle: a channel's capacity must be at least 1");
@@ -333,7 +335,7 @@ private:
         r.m_state = receiver::state::received;
         r.m_ticket = ticket;
         m_handed.push_back(r);
-        detail::schedule(*r.m_task);
+        r.complete();
     }
 
     /// Takes the oldest buffered value into `out`.
@@ -358,7 +360,7 @@ private:
             }
             s->unlink();
             s->m_state = sender::state::sent;
-            detail::schedule(*s->m_task);
+            s->complete();
         }
     }
 
@@ -420,26 +422,17 @@ private:
 namespace detail {
 
 template <class T>
-class channel_send_awaiter : channel_sender<T> {
-    using base = channel_sender<T>;
-    using state = typename base::state;
+class channel_send_wait : public channel_sender<T> {
+    using state = typename channel_sender<T>::state;
 
 public:
-    channel_send_awaiter(channel<T>& ch, T* value, bool copy, std::stop_token token) noexcept : m_token(std::move(token)) {
+    channel_send_wait(channel<T>& ch, T* value, bool copy) noexcept {
         this->m_channel = &ch;
         this->m_value = value;
         this->m_copy = copy;
     }
-    channel_send_awaiter(const channel_send_awaiter&) = delete;
-    channel_send_awaiter& operator=(const channel_send_awaiter&) = delete;
-    // Destroyed while waiting: leave the queue; the value was never touched.
-    ~channel_send_awaiter() { this->unlink(); }
 
-    bool await_ready() {
-        if (m_token.stop_requested()) {
-            this->m_state = state::cancelled;
-            return true;
-        }
+    bool ready() {
         channel<T>& ch = *this->m_channel;
         if (ch.m_closed) {
             this->m_state = state::closed;
@@ -457,72 +450,37 @@ public:
         this->m_state = state::sent;
         return true;
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        this->m_task = &current_task();
-        this->m_task->m_resume = h;
+    void on_park() noexcept {
         this->m_state = state::waiting;
         this->m_channel->m_senders.push_back(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*this->m_task, this);
     }
-    std::error_code await_resume() noexcept {
-        unpark(this->m_task);
-        m_cancel.disarm();
+    /// A value already taken stays sent.
+    void on_cancel() noexcept {
+        if (this->m_state != state::waiting) return;
+        this->unlink();
+        this->m_state = state::cancelled;
+        this->complete_cancelled();
+    }
+    // Destroyed while waiting: leave the queue; the value was never touched.
+    void on_abandon() noexcept { this->unlink(); }
+    void describe(std::string& out) const { out += "channel send (full)"; }
+    std::error_code take() noexcept {
         switch (this->m_state) {
             case state::sent: return {};
             case state::closed: return make_error_code(errc::channel_closed);
             default: return cancelled_error();
         }
     }
-
-    /// For the dump of parked tasks.
-    void describe(std::string& out) const { out += "channel send (full)"; }
-
-    /// A value already taken stays sent.
-    void on_cancel() noexcept {
-        if (this->m_state != state::waiting) return;
-        this->unlink();
-        this->m_state = state::cancelled;
-        schedule(*this->m_task);
-    }
-
-private:
-    std::stop_token m_token;
-    cancel_hook<channel_send_awaiter> m_cancel;
 };
 
 template <class T>
-class channel_receive_awaiter : channel_receiver<T> {
-    using base = channel_receiver<T>;
-    using state = typename base::state;
+class channel_receive_wait : public channel_receiver<T> {
+    using state = typename channel_receiver<T>::state;
 
 public:
-    channel_receive_awaiter(channel<T>& ch, std::stop_token token) noexcept : m_token(std::move(token)) {
-        this->m_channel = &ch;
-    }
-    channel_receive_awaiter(const channel_receive_awaiter&) = delete;
-    channel_receive_awaiter& operator=(const channel_receive_awaiter&) = delete;
-    ~channel_receive_awaiter() {
-        if (this->m_state == state::waiting) {
-            this->unlink();
-        } else if (this->m_state == state::received && this->is_linked()) {
-            // Handed a value and destroyed before it ran: give the value back.
-            this->unlink();
-            if (this->m_channel) {
-                try {
-                    this->m_channel->put_back(std::move(*this->m_value), this->m_ticket);
-                } catch (...) {
-                    // Growing the buffer failed: the value cannot be kept.
-                }
-            }
-        }
-    }
+    explicit channel_receive_wait(channel<T>& ch) noexcept { this->m_channel = &ch; }
 
-    bool await_ready() {
-        if (m_token.stop_requested()) {
-            this->m_state = state::cancelled;
-            return true;
-        }
+    bool ready() {
         channel<T>& ch = *this->m_channel;
         // Senders wait only while the buffer is full, so an empty buffer means
         // nobody is waiting to send.
@@ -537,17 +495,31 @@ public:
         }
         return false;
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        this->m_task = &current_task();
-        this->m_task->m_resume = h;
+    void on_park() noexcept {
         this->m_state = state::waiting;
         this->m_channel->m_receivers.push_back(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*this->m_task, this);
     }
-    result<T> await_resume() {
-        unpark(this->m_task);
-        m_cancel.disarm();
+    /// A receiver already handed a value keeps it.
+    void on_cancel() noexcept {
+        if (this->m_state != state::waiting) return;
+        this->unlink();
+        this->m_state = state::cancelled;
+        this->complete_cancelled();
+    }
+    void on_abandon() noexcept { this->unlink(); }
+    /// Handed a value and destroyed before it ran: give the value back.
+    void on_discard() noexcept {
+        if (this->m_state != state::received || !this->is_linked()) return;
+        this->unlink();
+        if (!this->m_channel) return;
+        try {
+            this->m_channel->put_back(std::move(*this->m_value), this->m_ticket);
+        } catch (...) {
+            // Growing the buffer failed: the value cannot be kept.
+        }
+    }
+    void describe(std::string& out) const { out += "channel receive (empty)"; }
+    result<T> take() {
         switch (this->m_state) {
             case state::received:
                 this->unlink();  // from the handed list
@@ -557,40 +529,25 @@ public:
             default: return cancelled_error();
         }
     }
-
-    /// For the dump of parked tasks.
-    void describe(std::string& out) const { out += "channel receive (empty)"; }
-
-    /// A receiver already handed a value keeps it.
-    void on_cancel() noexcept {
-        if (this->m_state != state::waiting) return;
-        this->unlink();
-        this->m_state = state::cancelled;
-        schedule(*this->m_task);
-    }
-
-private:
-    std::stop_token m_token;
-    cancel_hook<channel_receive_awaiter> m_cancel;
 };
 
 }  // namespace detail
 
 template <class T>
 detail::channel_send_awaiter<T> channel<T>::send(T&& value, std::stop_token token) noexcept {
-    return detail::channel_send_awaiter<T>(*this, std::addressof(value), false, std::move(token));
+    return detail::channel_send_awaiter<T>(std::move(token), *this, std::addressof(value), false);
 }
 
 template <class T>
 detail::channel_send_awaiter<T> channel<T>::send(const T& value, std::stop_token token) noexcept
     requires std::is_copy_constructible_v<T>
 {
-    return detail::channel_send_awaiter<T>(*this, const_cast<T*>(std::addressof(value)), true, std::move(token));
+    return detail::channel_send_awaiter<T>(std::move(token), *this, const_cast<T*>(std::addressof(value)), true);
 }
 
 template <class T>
 detail::channel_receive_awaiter<T> channel<T>::receive(std::stop_token token) noexcept {
-    return detail::channel_receive_awaiter<T>(*this, std::move(token));
+    return detail::channel_receive_awaiter<T>(std::move(token), *this);
 }
 
 }  // namespace spindle

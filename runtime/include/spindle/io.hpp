@@ -2,162 +2,178 @@
 /// Descriptor I/O inside a task: read, write, vectored forms, readiness waits,
 /// and unique_fd. The operation lives in the awaiting frame; the backend tries
 /// the syscall first and parks the task only when the descriptor is not ready.
+///
+/// Every failure arrives as the result's error, a failure to start the
+/// operation too (ENOMEM, EBADF, a descriptor epoll refuses...): co_await on
+/// I/O never throws.
 
-#include <spindle/detail/cancel_hook.hpp>
-#include <spindle/loop.hpp>
-#include <spindle/reactor/operation.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/io_op.hpp>
+#include <spindle/park.hpp>
+#include <spindle/readiness.hpp>
 #include <spindle/result.hpp>
 
+#include <cerrno>
 #include <cstddef>
 #include <span>
 #include <stop_token>
+#include <string>
 #include <utility>
 
 namespace spindle {
 
+class loop;
+
 namespace detail {
 
-class io_awaiter_base : protected reactor::operation {
+/// A descriptor operation as a wait of the park protocol.
+class io_wait : public waiter, private io_op {
 public:
-    io_awaiter_base(const io_awaiter_base&) = delete;
-    io_awaiter_base& operator=(const io_awaiter_base&) = delete;
+    explicit io_wait(const io_request& request) noexcept : io_op(request, &on_complete) {}
+    ~io_wait() {
+        // Submitted but never parked (await_suspend threw outside a task).
+        if (pending()) forget_io(*m_core, *this);
+    }
 
-    bool await_ready() {
-        if (m_token.stop_requested()) {
-            result = -ECANCELED;
-            return true;
-        }
-        m_loop = &loop::current();
-        complete = &on_complete;
-        return m_loop->io().submit(*this);
+    /// Submits: most operations complete here, without parking.
+    bool ready() {
+        m_core = &current_core();
+        return submit_io(*m_core, *this);
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &current_task();
-        m_task->m_resume = h;
-        m_cancel.arm(m_token, this);
-        park_cancellable(*m_task, this);
-    }
-    void on_cancel() noexcept { m_loop->io().cancel(*this); }
+    void on_park() noexcept {}
+    void on_cancel() noexcept { cancel_io(*m_core, *this); }
+    void on_abandon() noexcept { forget_io(*m_core, *this); }
+    /// A completion nobody will see: close what it handed over (an accepted
+    /// descriptor, descriptors received with SCM_RIGHTS).
+    void on_discard() noexcept;
     void describe(std::string& out) const;
 
 protected:
-    explicit io_awaiter_base(std::stop_token token) noexcept : m_token(std::move(token)) {}
-    ~io_awaiter_base() {
-        // Destroyed while parked: the backend must forget the operation.
-        if (pending()) m_loop->io().forget(*this);
-    }
-    std::int64_t finish() noexcept {
-        unpark(m_task);
-        m_cancel.disarm();
-        return result;
-    }
+    /// The syscall-style outcome: a count or descriptor, or -errno.
+    std::int64_t outcome() const noexcept { return cancelled() ? -ECANCELED : result(); }
 
 private:
-    static void on_complete(reactor::operation& op) noexcept {
-        auto& self = static_cast<io_awaiter_base&>(op);
-        schedule(*self.m_task);
-    }
+    static void on_complete(io_op& op) noexcept { static_cast<io_wait&>(op).complete(); }
 
-    std::stop_token m_token;
-    loop* m_loop = nullptr;
-    task_header* m_task = nullptr;
-    cancel_hook<io_awaiter_base> m_cancel;
+    loop_core* m_core = nullptr;
 };
 
 /// Completes with a byte count (or a descriptor, or 0) as `R`.
 template <class R>
-class io_awaiter : public io_awaiter_base {
+class io_result_wait : public io_wait {
 public:
-    template <class Setup>
-    io_awaiter(int fd, reactor::op_code code, std::stop_token token, Setup&& setup) noexcept
-        : io_awaiter_base(std::move(token)) {
-        this->fd = fd;
-        this->code = code;
-        setup(static_cast<reactor::operation&>(*this));
-    }
-    spindle::result<R> await_resume() noexcept { return spindle::result<R>::from_syscall(finish()); }
+    using io_wait::io_wait;
+    spindle::result<R> take() noexcept { return spindle::result<R>::from_syscall(outcome()); }
 };
+
+template <class R>
+using io_awaiter = parked<io_result_wait<R>>;
+
+inline io_request buffer_request(int fd, io_code code, void* data, std::size_t size, int flags = 0) noexcept {
+    io_request r;
+    r.fd = fd;
+    r.code = code;
+    r.flags = flags;
+    r.args.buf = {data, size};
+    return r;
+}
+
+inline io_request vector_request(int fd, io_code code, std::span<const ::iovec> iov) noexcept {
+    io_request r;
+    r.fd = fd;
+    r.code = code;
+    r.args.vec = {iov.data(), static_cast<int>(iov.size())};
+    return r;
+}
+
+inline io_request message_request(int fd, io_code code, ::msghdr* msg, int flags) noexcept {
+    io_request r;
+    r.fd = fd;
+    r.code = code;
+    r.flags = flags;
+    r.args.msg = msg;
+    return r;
+}
+
+inline io_request poll_request(int fd, std::uint32_t events, bool persistent = false) noexcept {
+    io_request r;
+    r.fd = fd;
+    r.code = io_code::poll;
+    r.events = events;
+    r.persistent = persistent;
+    return r;
+}
 
 }  // namespace detail
 
 /// Reads at most buf.size() bytes; 0 means end of file.
 [[nodiscard]] inline detail::io_awaiter<std::size_t> read(int fd, std::span<std::byte> buf, std::stop_token token = {}) {
-    return {fd, reactor::op_code::read, std::move(token), [&](reactor::operation& op) {
-                op.args.buf = {buf.data(), buf.size()};
-            }};
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::buffer_request(fd, detail::io_code::read, buf.data(), buf.size()));
 }
 
 /// Writes at most buf.size() bytes (a partial write is possible).
 [[nodiscard]] inline detail::io_awaiter<std::size_t> write(int fd, std::span<const std::byte> buf, std::stop_token token = {}) {
-    return {fd, reactor::op_code::write, std::move(token), [&](reactor::operation& op) {
-                op.args.buf = {const_cast<std::byte*>(buf.data()), buf.size()};
-            }};
+    return detail::io_awaiter<std::size_t>(
+        std::move(token), detail::buffer_request(fd, detail::io_code::write, const_cast<std::byte*>(buf.data()), buf.size()));
 }
 
 [[nodiscard]] inline detail::io_awaiter<std::size_t> readv(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
-    return {fd, reactor::op_code::readv, std::move(token), [&](reactor::operation& op) {
-                op.args.vec = {iov.data(), static_cast<int>(iov.size())};
-            }};
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::readv, iov));
 }
 
 [[nodiscard]] inline detail::io_awaiter<std::size_t> writev(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
-    return {fd, reactor::op_code::writev, std::move(token), [&](reactor::operation& op) {
-                op.args.vec = {iov.data(), static_cast<int>(iov.size())};
-            }};
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::writev, iov));
 }
 
 /// recv(2); `flags` as for recv.
 [[nodiscard]] inline detail::io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0, std::stop_token token = {}) {
-    return {fd, reactor::op_code::recv, std::move(token), [&](reactor::operation& op) {
-                op.args.buf = {buf.data(), buf.size()};
-                op.flags = flags;
-            }};
+    return detail::io_awaiter<std::size_t>(std::move(token),
+                                           detail::buffer_request(fd, detail::io_code::recv, buf.data(), buf.size(), flags));
 }
 
 /// send(2); never raises SIGPIPE (MSG_NOSIGNAL is always added).
 [[nodiscard]] inline detail::io_awaiter<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0, std::stop_token token = {}) {
-    return {fd, reactor::op_code::send, std::move(token), [&](reactor::operation& op) {
-                op.args.buf = {const_cast<std::byte*>(buf.data()), buf.size()};
-                op.flags = flags;
-            }};
+    return detail::io_awaiter<std::size_t>(
+        std::move(token), detail::buffer_request(fd, detail::io_code::send, const_cast<std::byte*>(buf.data()), buf.size(), flags));
 }
 
 [[nodiscard]] inline detail::io_awaiter<std::size_t> recvmsg(int fd, ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
-    return {fd, reactor::op_code::recvmsg, std::move(token), [&](reactor::operation& op) {
-                op.args.msg = &msg;
-                op.flags = flags;
-            }};
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::message_request(fd, detail::io_code::recvmsg, &msg, flags));
 }
 
 [[nodiscard]] inline detail::io_awaiter<std::size_t> sendmsg(int fd, const ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
-    return {fd, reactor::op_code::sendmsg, std::move(token), [&](reactor::operation& op) {
-                op.args.msg = const_cast<::msghdr*>(&msg);
-                op.flags = flags;
-            }};
+    return detail::io_awaiter<std::size_t>(
+        std::move(token), detail::message_request(fd, detail::io_code::sendmsg, const_cast<::msghdr*>(&msg), flags));
 }
 
 /// Accepts a connection; the new descriptor is non-blocking and close-on-exec.
+/// If the awaiting task is destroyed after the accept completed but before it
+/// resumed, the new descriptor is closed: it never leaks.
 [[nodiscard]] inline detail::io_awaiter<int> accept(int fd, ::sockaddr* addr = nullptr, ::socklen_t* len = nullptr,
                                                     std::stop_token token = {}) {
-    return {fd, reactor::op_code::accept, std::move(token), [&](reactor::operation& op) {
-                op.args.accept = {addr, len};
-            }};
+    detail::io_request r;
+    r.fd = fd;
+    r.code = detail::io_code::accept;
+    r.args.accept = {addr, len};
+    return detail::io_awaiter<int>(std::move(token), r);
 }
 
 /// Connects a non-blocking socket. Completes with 0, or with the socket's own
 /// error (SO_ERROR), e.g. connection_refused, never a later EPIPE.
 [[nodiscard]] inline detail::io_awaiter<int> connect(int fd, const ::sockaddr* addr, ::socklen_t len, std::stop_token token = {}) {
-    return {fd, reactor::op_code::connect, std::move(token), [&](reactor::operation& op) {
-                op.args.connect = {addr, len};
-            }};
+    detail::io_request r;
+    r.fd = fd;
+    r.code = detail::io_code::connect;
+    r.args.connect = {addr, len};
+    return detail::io_awaiter<int>(std::move(token), r);
 }
 
-/// One-shot readiness waits.
+/// One-shot readiness waits; complete with the readiness flags seen.
 [[nodiscard]] inline detail::io_awaiter<int> wait_readable(int fd, std::stop_token token = {}) {
-    return {fd, reactor::op_code::poll, std::move(token), [](reactor::operation& op) { op.events = reactor::readable; }};
+    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, readable));
 }
 [[nodiscard]] inline detail::io_awaiter<int> wait_writable(int fd, std::stop_token token = {}) {
-    return {fd, reactor::op_code::poll, std::move(token), [](reactor::operation& op) { op.events = reactor::writable; }};
+    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, writable));
 }
 
 /// Owns a descriptor; closing it through its loop completes any operation still
@@ -165,7 +181,8 @@ public:
 class unique_fd {
 public:
     unique_fd() noexcept = default;
-    explicit unique_fd(int fd, loop* owner = loop::current_or_null()) noexcept : m_fd(fd), m_loop(owner) {}
+    explicit unique_fd(int fd) noexcept;
+    unique_fd(int fd, loop* owner) noexcept : m_fd(fd), m_loop(owner) {}
     unique_fd(unique_fd&& other) noexcept
         : m_fd(std::exchange(other.m_fd, -1)), m_loop(other.m_loop) {}
     unique_fd& operator=(unique_fd&& other) noexcept {
@@ -188,9 +205,7 @@ public:
     void reset() noexcept;
     loop* owner() const noexcept { return m_loop; }
     /// A descriptor made outside any loop belongs to the first loop that uses it.
-    void adopt_current_loop() noexcept {
-        if (!m_loop) m_loop = loop::current_or_null();
-    }
+    void adopt_current_loop() noexcept;
 
 private:
     int m_fd = -1;

@@ -2,7 +2,7 @@
 /// join_handle<T>: what spawn returns. co_await it for the task's result (its
 /// exception is rethrown); drop it to detach the task, which then runs on.
 
-#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 #include <spindle/task.hpp>
 
@@ -59,6 +59,57 @@ void delete_spawned(task_header& header) noexcept {
     delete static_cast<spawned<T>*>(&header);
 }
 
+/// A task parked in co_await on another task's join handle. Not cancellable:
+/// the joined task runs on regardless.
+template <class T>
+class join_wait : public waiter {
+public:
+    explicit join_wait(spawned<T>* target) noexcept : m_target(target) {}
+    ~join_wait() {
+        if (m_holds_ref) release_task(*m_target);
+    }
+
+    bool ready() const {
+        if (!m_target) throw std::logic_error("spindle: awaiting an empty join_handle");
+        return m_target->m_status != task_status::running;
+    }
+    void on_park() {
+        if (m_target->m_joiner) throw std::logic_error("spindle: a task can be joined by one awaiter only");
+        m_target->m_joiner = this;
+        // While parked, the handle may be dropped by another task: hold the
+        // header so the result is still there when this task resumes.
+        ++m_target->m_refs;
+        m_holds_ref = true;
+    }
+    void on_abandon() noexcept {
+        if (m_target->m_joiner == this) m_target->m_joiner = nullptr;
+    }
+    void describe(std::string& out) const {
+        out += "join of task ";
+        out += std::to_string(m_target->m_id);
+        if (!m_target->m_name.empty()) out += " (" + m_target->m_name + ")";
+    }
+    T take() {
+        if (!m_target) throw std::logic_error("spindle: awaiting an empty join_handle");
+        switch (m_target->m_status) {
+            case task_status::failed:
+                m_target->m_observed = true;
+                std::rethrow_exception(m_target->m_error);
+            case task_status::aborted: throw std::system_error(cancelled_error(), "task aborted");
+            default: break;
+        }
+        if constexpr (std::is_reference_v<T>) {
+            return *m_target->m_value;
+        } else if constexpr (!std::is_void_v<T>) {
+            return std::move(*m_target->m_value);
+        }
+    }
+
+private:
+    spawned<T>* m_target;
+    bool m_holds_ref = false;
+};
+
 }  // namespace detail
 
 template <class T>
@@ -106,64 +157,8 @@ public:
         detail::release_task(*std::exchange(m_task, nullptr));
     }
 
-    class awaiter {
-    public:
-        explicit awaiter(detail::spawned<T>* task) noexcept : m_task(task) {}
-        awaiter(const awaiter&) = delete;
-        awaiter& operator=(const awaiter&) = delete;
-        ~awaiter() {
-            if (!m_parked) return;
-            // Destroyed while parked (our own task was aborted): unregister.
-            if (m_task->m_joiner == m_waiting) m_task->m_joiner = nullptr;
-            detail::release_task(*m_task);
-        }
-
-        bool await_ready() const {
-            if (!m_task) throw std::logic_error("spindle: awaiting an empty join_handle");
-            return m_task->m_status != detail::task_status::running;
-        }
-        void await_suspend(std::coroutine_handle<> h) {
-            detail::task_header& me = detail::current_task();
-            if (m_task->m_joiner) throw std::logic_error("spindle: a task can be joined by one awaiter only");
-            me.m_resume = h;
-            m_task->m_joiner = &me;
-            m_waiting = &me;
-            detail::park_uncancellable(me, this);
-            // While parked, the handle may be dropped by another task: hold the
-            // header ourselves so the result is still there when we resume.
-            ++m_task->m_refs;
-            m_parked = true;
-        }
-        T await_resume() {
-            detail::unpark(m_waiting);
-            m_waiting = nullptr;
-            switch (m_task->m_status) {
-                case detail::task_status::failed:
-                    m_task->m_observed = true;
-                    std::rethrow_exception(m_task->m_error);
-                case detail::task_status::aborted: throw std::system_error(cancelled_error(), "task aborted");
-                default: break;
-            }
-            if constexpr (std::is_reference_v<T>) {
-                return *m_task->m_value;
-            } else if constexpr (!std::is_void_v<T>) {
-                return std::move(*m_task->m_value);
-            }
-        }
-
-        void describe(std::string& out) const {
-            out += "join of task ";
-            out += std::to_string(m_task->m_id);
-            if (!m_task->m_name.empty()) out += " (" + m_task->m_name + ")";
-        }
-
-    private:
-        detail::spawned<T>* m_task;
-        detail::task_header* m_waiting = nullptr;
-        bool m_parked = false;
-    };
-
-    awaiter operator co_await() const noexcept { return awaiter{m_task}; }
+    using awaiter = parked<detail::join_wait<T>>;
+    awaiter operator co_await() const noexcept { return awaiter(std::stop_token{}, m_task); }
 
     /// For the loop (block_on) and when_all.
     const detail::task_header& header() const noexcept { return *m_task; }

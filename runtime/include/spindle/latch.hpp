@@ -13,14 +13,11 @@
 /// a later tick, never inside done()/count_down(). Destroying a wait_group or
 /// latch completes the waits still pending with operation_canceled.
 
-#include <spindle/detail/cancel_hook.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/task_header.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
-#include <coroutine>
 #include <cstddef>
-#include <cstdint>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -30,11 +27,26 @@ namespace spindle {
 
 namespace detail {
 
-struct count_waiter : list_hook<> {
-    enum class state : std::uint8_t { idle, waiting, woken, cancelled };
-    task_header* m_task = nullptr;
-    state m_state = state::idle;
+class zero_count;
+
+class zero_wait : public waiter, public list_hook<> {
+public:
+    explicit zero_wait(zero_count& c) noexcept : m_counter(&c) {}
+
+    bool ready() const noexcept;
+    void on_park() noexcept;
+    void on_cancel() noexcept {
+        unlink();
+        complete_cancelled();
+    }
+    void on_abandon() noexcept { unlink(); }
+    void describe(std::string& out) const;
+
+private:
+    zero_count* m_counter;
 };
+
+using zero_awaiter = parked<zero_wait>;
 
 /// A count and the tasks waiting for it to be zero.
 class zero_count {
@@ -42,76 +54,32 @@ public:
     explicit zero_count(std::size_t n) noexcept : m_count(n) {}
     zero_count(const zero_count&) = delete;
     zero_count& operator=(const zero_count&) = delete;
-    ~zero_count() { wake_all(count_waiter::state::cancelled); }
+    ~zero_count() {
+        while (zero_wait* w = m_waiters.pop_front()) w->complete_cancelled();
+    }
 
     void add(std::size_t n) noexcept { m_count += n; }
     void subtract(std::size_t n, const char* what) {
         if (n > m_count) throw std::logic_error(what);
         m_count -= n;
-        if (m_count == 0) wake_all(count_waiter::state::woken);
+        if (m_count == 0)
+            while (zero_wait* w = m_waiters.pop_front()) w->complete();
     }
     std::size_t count() const noexcept { return m_count; }
-    void push(count_waiter& w) noexcept { m_waiters.push_back(w); }
+    void push(zero_wait& w) noexcept { m_waiters.push_back(w); }
 
 private:
-    void wake_all(count_waiter::state how) noexcept {
-        while (count_waiter* w = m_waiters.pop_front()) {
-            w->m_state = how;
-            schedule(*w->m_task);
-        }
-    }
-
     std::size_t m_count;
-    intrusive_list<count_waiter> m_waiters;
+    intrusive_list<zero_wait> m_waiters;
 };
 
-class zero_awaiter : count_waiter {
-public:
-    zero_awaiter(zero_count& c, std::stop_token token) noexcept : m_counter(&c), m_token(std::move(token)) {}
-    zero_awaiter(const zero_awaiter&) = delete;
-    zero_awaiter& operator=(const zero_awaiter&) = delete;
-    ~zero_awaiter() { unlink(); }
-
-    bool await_ready() noexcept {
-        if (m_token.stop_requested()) {
-            m_state = state::cancelled;
-            return true;
-        }
-        return m_counter->count() == 0;
-    }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &current_task();
-        m_task->m_resume = h;
-        m_state = state::waiting;
-        m_counter->push(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*m_task, this);
-    }
-    std::error_code await_resume() noexcept {
-        unpark(m_task);
-        m_cancel.disarm();
-        return m_state == state::cancelled ? cancelled_error() : std::error_code{};
-    }
-
-    /// For the dump of parked tasks.
-    void describe(std::string& out) const {
-        out += "count to reach zero (";
-        out += std::to_string(m_counter->count());
-        out += " left)";
-    }
-
-    void on_cancel() noexcept {
-        if (m_state != state::waiting) return;
-        unlink();
-        m_state = state::cancelled;
-        schedule(*m_task);
-    }
-
-private:
-    zero_count* m_counter;
-    std::stop_token m_token;
-    cancel_hook<zero_awaiter> m_cancel;
-};
+inline bool zero_wait::ready() const noexcept { return m_counter->count() == 0; }
+inline void zero_wait::on_park() noexcept { m_counter->push(*this); }
+inline void zero_wait::describe(std::string& out) const {
+    out += "count to reach zero (";
+    out += std::to_string(m_counter->count());
+    out += " left)";
+}
 
 }  // namespace detail
 
@@ -127,7 +95,7 @@ public:
     std::size_t count() const noexcept { return m_count.count(); }
 
     /// `co_await wg.wait(token)` → std::error_code.
-    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return {m_count, std::move(token)}; }
+    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:
     detail::zero_count m_count{0};
@@ -143,7 +111,7 @@ public:
     std::size_t count() const noexcept { return m_count.count(); }
 
     /// `co_await l.wait(token)` → std::error_code.
-    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return {m_count, std::move(token)}; }
+    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:
     detail::zero_count m_count;

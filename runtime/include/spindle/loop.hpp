@@ -2,32 +2,28 @@
 /// The event loop: runs tasks, timers, posted callbacks and I/O completions on
 /// one thread. See docs/architecture.md for the phases of a tick.
 
-#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/backend_kind.hpp>
+#include <spindle/detail/engine.hpp>
 #include <spindle/detail/post_queue.hpp>
 #include <spindle/detail/task_header.hpp>
-#include <spindle/detail/timer_queue.hpp>
 #include <spindle/join_handle.hpp>
-#include <spindle/reactor/backend.hpp>
-#include <spindle/reactor/signal_source.hpp>
 #include <spindle/task.hpp>
 
-#include <array>
-#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
-#include <vector>
 #include <system_error>
-#include <thread>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace spindle {
 
 using clock = std::chrono::steady_clock;
-using reactor::backend_kind;
-using reactor::signal_mechanism;
 
 struct loop_options {
     backend_kind backend = backend_kind::automatic;
@@ -65,13 +61,17 @@ struct task_info {
 };
 
 namespace detail {
-struct watcher_base;
-struct signal_waiter;
-struct idle_waiter;
+class loop_core;
+void register_task(loop_core& core, task_header& t, std::coroutine_handle<> frame);
+void run_until_done(loop_core& core, const task_header& t);
+void post_to(loop_core& core, post_node* node) noexcept;
+void log_post_failure() noexcept;
 }  // namespace detail
 
 class loop {
 public:
+    /// Throws std::system_error when the backend cannot start here, and
+    /// std::invalid_argument when SPINDLE_BACKEND names no backend.
     explicit loop(loop_options options = {});
     ~loop();
     loop(const loop&) = delete;
@@ -108,26 +108,32 @@ public:
 
     /// Readable when the loop has something to do: fold it into a host's poller.
     /// -1 on a backend without such a descriptor (kqueue emulated by libkqueue).
-    int native_handle() const noexcept { return m_backend->native_handle(); }
+    int native_handle() const noexcept;
     /// Zero when work is ready, the time to the nearest deadline, or nullopt
     /// when only I/O (or nothing) can wake the loop.
     std::optional<std::chrono::nanoseconds> time_to_next_deadline();
 
     bool has_work() const noexcept;
-    std::size_t task_count() const noexcept { return m_task_count; }
-    backend_kind backend() const noexcept { return m_backend->kind(); }
-    const loop_options& options() const noexcept { return m_options; }
+    std::size_t task_count() const noexcept;
+    /// Timers armed now (sleeps, deadlines, periodic timers).
+    std::size_t timer_count() const noexcept;
+    backend_kind backend() const noexcept;
+    const loop_options& options() const noexcept;
 
     /// The time as the running loop sees it: the steady clock, or the loop's
     /// virtual clock under loop_options::virtual_time. Outside any loop, the
     /// steady clock.
-    static clock::time_point now() noexcept { return clock::time_point(std::chrono::nanoseconds(now_ns())); }
+    static clock::time_point now() noexcept;
 
     /// Every live task, parked ones with what they wait on and for how long:
     /// the way to see why a service hangs. Costs nothing until called.
     std::vector<task_info> tasks() const;
     /// The same as text, one task per line.
     std::string dump_tasks() const;
+
+    /// Starts catching `signo` now: deliveries before the first wait are kept
+    /// (see wait_signal). Signals are caught until the loop is destroyed.
+    void catch_signal(int signo);
 
     /// Completes every pending operation on `fd` with operation_canceled, then
     /// closes it. Use it (or unique_fd) for descriptors the loop has seen.
@@ -147,84 +153,10 @@ public:
         loop* m_loop;
     };
 
-    // For awaitables and watchers; not needed by applications.
-    reactor::backend& io() noexcept { return *m_backend; }
-    detail::timer_queue& timers() noexcept { return m_timers; }
-    detail::task_header* running_task() const noexcept { return m_running; }
-    void schedule(detail::task_header& t) noexcept;
-    /// The current loop's time in ns (virtual under virtual_time), else the steady clock's.
-    static std::int64_t now_ns() noexcept;
-    /// This loop's time as of its last look at the clock.
-    std::int64_t recent_ns() const noexcept { return m_recent_ns; }
-    void cancel_task(detail::task_header& t) noexcept;
-    void add_signal_waiter(detail::signal_waiter& w);
-    void add_idle_waiter(detail::idle_waiter& w) noexcept;
-    void add_watcher(detail::watcher_base& w) noexcept;
-    void remove_watcher(detail::watcher_base& w) noexcept;
-    /// Starts catching `signo` now: deliveries before the first wait are kept
-    /// (see wait_signal). Signals are caught until the loop is destroyed.
-    void catch_signal(int signo);
-    bool take_pending_signal(int signo) noexcept;
-    void abort_task(detail::task_header& t);
-    void task_finished(detail::task_header& t) noexcept;
-
 private:
-    void tick(std::chrono::nanoseconds max_wait);
-    void run_until_done(const detail::task_header& t);
-    void run_posts();
-    int poll_os(std::chrono::nanoseconds timeout);
-    void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
-    void dispatch_watchers();
-    void wake_idle_waiters() noexcept;
-    void register_task(detail::task_header& t, std::coroutine_handle<> frame);
-    void destroy_frame(detail::task_header& t) noexcept;
-    static void on_signal_ready(reactor::operation& op) noexcept;
-    static void on_signal(void* self, int signo);
-    struct signal_slot;
-    signal_slot& slot_of(int signo);
-    std::chrono::nanoseconds poll_timeout(std::chrono::nanoseconds max_wait);
-
-    loop_options m_options;
-    std::unique_ptr<reactor::backend> m_backend;
-    detail::timer_queue m_timers;
-    detail::intrusive_list<detail::task_header, detail::ready_tag> m_ready;
-    detail::intrusive_list<detail::task_header, detail::ready_tag> m_batch;
-    detail::intrusive_list<detail::task_header, detail::all_tag> m_all;
-    detail::task_header* m_running = nullptr;
-    const detail::task_header* m_awaited = nullptr;  // block_on's task
-    std::size_t m_task_count = 0;
-    std::uint64_t m_next_task_id = 1;
-    std::int64_t m_recent_ns = 0;   // the clock at the last poll
-    std::int64_t m_virtual_ns = 0;  // virtual_time: the loop's clock
-    unsigned m_ticks_since_poll = 0;
-    unsigned m_resumes_since_poll = 0;
-    bool m_closing = false;
-
-    // Posts: pushed by any thread.
-    detail::post_queue m_posts;
-    std::atomic<std::uint64_t> m_posted{0};
-    std::uint64_t m_posts_run = 0;
-    std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
-    std::atomic<bool> m_wake_sent{false};
-    std::atomic<bool> m_stop{false};
-    std::atomic<std::size_t> m_holds{0};
-    // Threads inside post() or ~hold(); written by them only, so on a line of its own.
-    alignas(64) std::atomic<std::size_t> m_in_flight{0};
-
-    // Watchers whose operation completed in the last poll, dispatched after it.
-    detail::intrusive_list<detail::watcher_base> m_watchers;
-    detail::intrusive_list<detail::watcher_base, detail::ready_tag> m_fired;
-    std::size_t m_active_watchers = 0;
-
-    detail::intrusive_list<detail::idle_waiter> m_idle;
-
-    // Signals: one source per loop, created on the first wait.
-    std::unique_ptr<reactor::signal_source> m_signal_source;
-    std::unique_ptr<std::array<signal_slot, 65>> m_signal_slots;
-    struct signal_op : reactor::operation {
-        loop* m_owner = nullptr;
-    } m_signal_op;
-    friend struct detail::watcher_base;
+    friend class detail::loop_core;
+    friend detail::loop_core& detail::core_of(loop& l) noexcept;
+    std::unique_ptr<detail::loop_core> m_core;
 };
 
 // ---------------------------------------------------------------------------
@@ -239,14 +171,14 @@ join_handle<T> loop::spawn(task<T> t, std::string name) {
     header->m_refs = 2;  // the loop, while it runs, and the join handle
     auto frame = t.release();
     frame.promise().m_root = header;
-    register_task(*header, frame);
+    detail::register_task(*m_core, *header, frame);
     return join_handle<T>(header);
 }
 
 template <class T>
 T loop::block_on(task<T> t) {
     join_handle<T> handle = spawn(std::move(t), "block_on");
-    run_until_done(handle.header());
+    detail::run_until_done(*m_core, handle.header());
     if (!handle.done()) throw std::system_error(std::make_error_code(std::errc::operation_canceled), "spindle: block_on stopped");
     // The task is done, so awaiting its handle completes without suspending.
     auto awaiter = handle.operator co_await();
@@ -260,7 +192,6 @@ struct post_item final : post_node {
     explicit post_item(F&& fn) : m_fn(std::move(fn)) { m_call = &call; }
     static void call(post_node* node, bool run) noexcept;
 };
-void log_post_failure() noexcept;
 template <class F>
 void post_item<F>::call(post_node* node, bool run) noexcept {
     auto* self = static_cast<post_item*>(node);
@@ -277,15 +208,7 @@ void post_item<F>::call(post_node* node, bool run) noexcept {
 
 template <class F>
 void loop::post(F&& fn) {
-    auto* node = new detail::post_item<std::decay_t<F>>(std::decay_t<F>(std::forward<F>(fn)));
-    // Once the node is in, the loop may run it, finish and be destroyed while
-    // this thread still has to look at the flags: ~loop waits for m_in_flight.
-    m_in_flight.fetch_add(1, std::memory_order_acq_rel);
-    m_posts.push(node);
-    m_posted.fetch_add(1, std::memory_order_seq_cst);
-    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel))
-        m_backend->wake();
-    m_in_flight.fetch_sub(1, std::memory_order_release);
+    detail::post_to(*m_core, new detail::post_item<std::decay_t<F>>(std::decay_t<F>(std::forward<F>(fn))));
 }
 
 }  // namespace spindle

@@ -18,9 +18,8 @@
 /// completes every wait that has not resumed with operation_canceled. A guard
 /// must not outlive its mutex.
 
-#include <spindle/detail/cancel_hook.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/task_header.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
 #include <coroutine>
@@ -36,14 +35,7 @@ class mutex;
 
 namespace detail {
 
-struct mutex_waiter : list_hook<> {
-    enum class state : std::uint8_t { idle, waiting, owner, cancelled, done };
-    task_header* m_task = nullptr;
-    mutex* m_mutex = nullptr;
-    state m_state = state::idle;
-};
-
-class mutex_lock_awaiter;
+class mutex_wait;
 
 }  // namespace detail
 
@@ -84,19 +76,7 @@ public:
     mutex() noexcept = default;
     mutex(const mutex&) = delete;
     mutex& operator=(const mutex&) = delete;
-    ~mutex() {
-        while (detail::mutex_waiter* w = m_waiters.pop_front()) {
-            w->m_mutex = nullptr;
-            w->m_state = detail::mutex_waiter::state::cancelled;
-            detail::schedule(*w->m_task);
-        }
-        // Handed ownership, not resumed yet (already scheduled): the mutex it
-        // would own is going away.
-        if (m_handed) {
-            m_handed->m_mutex = nullptr;
-            m_handed->m_state = detail::mutex_waiter::state::cancelled;
-        }
-    }
+    ~mutex();
 
     /// Locks if the mutex is free (never when tasks wait: it is not free then).
     [[nodiscard]] bool try_lock() noexcept {
@@ -107,101 +87,97 @@ public:
 
     /// Releases the mutex, or hands it to the first waiter. The mutex must be
     /// locked; any code (any task, or none) may unlock it.
-    void unlock() noexcept {
-        if (detail::mutex_waiter* w = m_waiters.pop_front()) {
-            // Stays locked: the waiter owns it from now on, before it even runs.
-            w->m_state = detail::mutex_waiter::state::owner;
-            m_handed = w;
-            detail::schedule(*w->m_task);
-        } else {
-            m_locked = false;
-        }
-    }
+    void unlock() noexcept;
+
 
     bool is_locked() const noexcept { return m_locked; }
     /// Tasks are queued for the mutex (they have not been handed it yet).
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
     /// `co_await m.lock(token)` → result<guard>.
-    [[nodiscard]] detail::mutex_lock_awaiter lock(std::stop_token token = {}) noexcept;
+    [[nodiscard]] parked<detail::mutex_wait> lock(std::stop_token token = {}) noexcept;
 
 private:
-    friend class detail::mutex_lock_awaiter;
+    friend class detail::mutex_wait;
 
     bool m_locked = false;
-    detail::intrusive_list<detail::mutex_waiter> m_waiters;
+    detail::intrusive_list<detail::mutex_wait> m_waiters;
     // The waiter that was given ownership and has not resumed yet: it must give
     // it back if it is destroyed before it runs. At most one, since ownership is
     // exclusive.
-    detail::mutex_waiter* m_handed = nullptr;
+    detail::mutex_wait* m_handed = nullptr;
 };
 
 namespace detail {
 
-class mutex_lock_awaiter : mutex_waiter {
+class mutex_wait : public waiter, public list_hook<> {
 public:
-    mutex_lock_awaiter(mutex& m, std::stop_token token) noexcept : m_token(std::move(token)) { m_mutex = &m; }
-    mutex_lock_awaiter(const mutex_lock_awaiter&) = delete;
-    mutex_lock_awaiter& operator=(const mutex_lock_awaiter&) = delete;
-    ~mutex_lock_awaiter() {
-        if (m_state == state::waiting) {
-            unlink();
-        } else if (m_state == state::owner && m_mutex) {
-            // Destroyed between the hand-off and its resumption (its task was
-            // aborted, or the loop destroyed): pass ownership on.
-            if (m_mutex->m_handed == this) m_mutex->m_handed = nullptr;
-            m_mutex->unlock();
-        }
-    }
+    explicit mutex_wait(mutex& m) noexcept : m_mutex(&m) {}
 
-    bool await_ready() noexcept {
-        if (m_token.stop_requested()) {
-            m_state = state::cancelled;
-            return true;
-        }
-        // A locked mutex may already belong to a waiter that has not run yet;
-        // queueing behind it is what makes the hand-off fair.
-        if (!m_mutex->try_lock()) return false;
-        m_state = state::owner;
-        return true;
+    // A locked mutex may already belong to a waiter that has not run yet;
+    // queueing behind it is what makes the hand-off fair.
+    bool ready() noexcept {
+        m_owner = m_mutex->try_lock();
+        return m_owner;
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &current_task();
-        m_task->m_resume = h;
-        m_state = state::waiting;
-        m_mutex->m_waiters.push_back(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*m_task, this);
+    void on_park() noexcept { m_mutex->m_waiters.push_back(*this); }
+    /// Only a queued waiter can be cancelled; an owner keeps the mutex.
+    void on_cancel() noexcept {
+        unlink();
+        complete_cancelled();
     }
-    result<mutex::guard> await_resume() noexcept {
-        unpark(m_task);
-        m_cancel.disarm();
-        if (m_state != state::owner) return cancelled_error();
+    void on_abandon() noexcept { unlink(); }
+    /// Handed ownership, destroyed before it resumed (its task was aborted,
+    /// or the loop destroyed): pass ownership on.
+    void on_discard() noexcept {
+        if (!m_owner || !m_mutex) return;
         if (m_mutex->m_handed == this) m_mutex->m_handed = nullptr;
-        m_state = state::done;  // the guard owns the mutex now
+        m_mutex->unlock();
+    }
+    void describe(std::string& out) const { out += "mutex lock"; }
+    result<mutex::guard> take() noexcept {
+        if (!m_owner || !m_mutex) return cancelled_error();
+        if (m_mutex->m_handed == this) m_mutex->m_handed = nullptr;
+        m_owner = false;  // the guard owns the mutex now
         return mutex::guard(*m_mutex, std::adopt_lock);
     }
 
-    /// For the dump of parked tasks.
-    void describe(std::string& out) const { out += "mutex lock"; }
-
-    /// Only a queued waiter can be cancelled; an owner keeps the mutex.
-    void on_cancel() noexcept {
-        if (m_state != state::waiting) return;
-        unlink();
-        m_state = state::cancelled;
-        schedule(*m_task);
+    void hand_over() noexcept {
+        m_owner = true;
+        complete();
+    }
+    void mutex_gone() noexcept {
+        m_mutex = nullptr;
+        m_owner = false;
+        complete_cancelled();
     }
 
 private:
-    std::stop_token m_token;
-    cancel_hook<mutex_lock_awaiter> m_cancel;
+    mutex* m_mutex;
+    bool m_owner = false;
 };
 
 }  // namespace detail
 
-inline detail::mutex_lock_awaiter mutex::lock(std::stop_token token) noexcept {
-    return detail::mutex_lock_awaiter(*this, std::move(token));
+inline mutex::~mutex() {
+    while (detail::mutex_wait* w = m_waiters.pop_front()) w->mutex_gone();
+    // Handed ownership, not resumed yet (already scheduled): the mutex it
+    // would own is going away.
+    if (m_handed) m_handed->mutex_gone();
+}
+
+inline void mutex::unlock() noexcept {
+        if (detail::mutex_wait* w = m_waiters.pop_front()) {
+            // Stays locked: the waiter owns it from now on, before it even runs.
+            m_handed = w;
+            w->hand_over();
+        } else {
+            m_locked = false;
+        }
+    }
+
+inline parked<detail::mutex_wait> mutex::lock(std::stop_token token) noexcept {
+    return parked<detail::mutex_wait>(std::move(token), *this);
 }
 
 }  // namespace spindle

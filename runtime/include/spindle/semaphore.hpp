@@ -18,9 +18,8 @@
 /// Destroying the semaphore completes every wait that has not resumed with
 /// operation_canceled.
 
-#include <spindle/detail/cancel_hook.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/task_header.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
 #include <coroutine>
@@ -36,15 +35,7 @@ class semaphore;
 
 namespace detail {
 
-struct semaphore_waiter : list_hook<> {
-    enum class state : std::uint8_t { idle, waiting, granted, cancelled, done };
-    task_header* m_task = nullptr;
-    semaphore* m_semaphore = nullptr;
-    std::size_t m_count = 0;
-    state m_state = state::idle;
-};
-
-class semaphore_awaiter;
+class semaphore_wait;
 
 }  // namespace detail
 
@@ -53,18 +44,7 @@ public:
     explicit semaphore(std::size_t initial = 0) noexcept : m_available(initial) {}
     semaphore(const semaphore&) = delete;
     semaphore& operator=(const semaphore&) = delete;
-    ~semaphore() {
-        while (detail::semaphore_waiter* w = m_waiters.pop_front()) {
-            w->m_semaphore = nullptr;
-            w->m_state = detail::semaphore_waiter::state::cancelled;
-            detail::schedule(*w->m_task);
-        }
-        // Granted, already scheduled: the permits go with the semaphore.
-        while (detail::semaphore_waiter* w = m_granted.pop_front()) {
-            w->m_semaphore = nullptr;
-            w->m_state = detail::semaphore_waiter::state::cancelled;
-        }
-    }
+    ~semaphore();
 
     /// Takes `n` permits if they are free and nobody waits.
     [[nodiscard]] bool try_acquire(std::size_t n = 1) noexcept {
@@ -85,79 +65,47 @@ public:
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
     /// `co_await s.acquire(n, token)` → std::error_code. acquire(0) completes at once.
-    [[nodiscard]] detail::semaphore_awaiter acquire(std::size_t n = 1, std::stop_token token = {}) noexcept;
+    [[nodiscard]] parked<detail::semaphore_wait> acquire(std::size_t n = 1, std::stop_token token = {}) noexcept;
 
 private:
-    friend class detail::semaphore_awaiter;
+    friend class detail::semaphore_wait;
 
     // Serves the head of the queue while its request fits; stops at the first
     // that does not, so nobody overtakes it.
-    void grant() noexcept {
-        while (detail::semaphore_waiter* w = m_waiters.front()) {
-            if (w->m_count > m_available) break;
-            m_waiters.pop_front();
-            m_available -= w->m_count;
-            w->m_state = detail::semaphore_waiter::state::granted;
-            m_granted.push_back(*w);
-            detail::schedule(*w->m_task);
-        }
-    }
+    void grant() noexcept;
+
 
     std::size_t m_available;
-    detail::intrusive_list<detail::semaphore_waiter> m_waiters;
+    detail::intrusive_list<detail::semaphore_wait> m_waiters;
     // Granted, not resumed yet: they give their permits back if destroyed first.
-    detail::intrusive_list<detail::semaphore_waiter> m_granted;
+    detail::intrusive_list<detail::semaphore_wait> m_granted;
 };
 
 namespace detail {
 
-class semaphore_awaiter : semaphore_waiter {
+class semaphore_wait : public waiter, public list_hook<> {
 public:
-    semaphore_awaiter(semaphore& s, std::size_t n, std::stop_token token) noexcept : m_token(std::move(token)) {
-        m_semaphore = &s;
-        m_count = n;
-    }
-    semaphore_awaiter(const semaphore_awaiter&) = delete;
-    semaphore_awaiter& operator=(const semaphore_awaiter&) = delete;
-    ~semaphore_awaiter() {
-        if (!m_semaphore) return;
-        if (m_state == state::waiting) {
-            unlink();
-            // It may have been the head that held the others back.
-            m_semaphore->grant();
-        } else if (m_state == state::granted) {
-            unlink();
-            m_semaphore->release(m_count);
-        }
-    }
+    semaphore_wait(semaphore& s, std::size_t n) noexcept : m_semaphore(&s), m_count(n) {}
 
-    bool await_ready() noexcept {
-        if (m_token.stop_requested()) {
-            m_state = state::cancelled;
-            return true;
-        }
-        if (!m_semaphore->try_acquire(m_count)) return false;
-        m_state = state::done;
-        return true;
+    bool ready() noexcept { return m_semaphore->try_acquire(m_count); }
+    void on_park() noexcept { m_semaphore->m_waiters.push_back(*this); }
+    /// Only a queued waiter can be cancelled; one that got its permits keeps them.
+    void on_cancel() noexcept {
+        unlink();
+        complete_cancelled();
+        // It may have been the head that held the others back.
+        if (m_semaphore) m_semaphore->grant();
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &current_task();
-        m_task->m_resume = h;
-        m_state = state::waiting;
-        m_semaphore->m_waiters.push_back(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*m_task, this);
+    void on_abandon() noexcept {
+        unlink();
+        if (m_semaphore) m_semaphore->grant();
     }
-    std::error_code await_resume() noexcept {
-        unpark(m_task);
-        m_cancel.disarm();
-        if (m_state == state::cancelled) return cancelled_error();
-        unlink();  // from the granted list
-        m_state = state::done;
-        return {};
+    /// Granted, destroyed before it resumed: the permits go back.
+    void on_discard() noexcept {
+        if (!m_granted || !m_semaphore) return;
+        unlink();
+        m_semaphore->release(m_count);
     }
-
-    /// For the dump of parked tasks.
     void describe(std::string& out) const {
         out += "semaphore acquire of ";
         out += std::to_string(m_count);
@@ -167,25 +115,50 @@ public:
             out += " free)";
         }
     }
+    std::error_code take() noexcept {
+        if (cancelled() || !m_semaphore) return cancelled_error();
+        unlink();  // from the granted list
+        m_granted = false;
+        return {};
+    }
 
-    /// Only a queued waiter can be cancelled; one that got its permits keeps them.
-    void on_cancel() noexcept {
-        if (m_state != state::waiting) return;
-        unlink();
-        m_state = state::cancelled;
-        schedule(*m_task);
-        m_semaphore->grant();
+    void grant() noexcept {
+        m_granted = true;
+        complete();
+    }
+    std::size_t count() const noexcept { return m_count; }
+    void semaphore_gone() noexcept {
+        m_semaphore = nullptr;
+        m_granted = false;
+        complete_cancelled();
     }
 
 private:
-    std::stop_token m_token;
-    cancel_hook<semaphore_awaiter> m_cancel;
+    semaphore* m_semaphore;
+    std::size_t m_count;
+    bool m_granted = false;
 };
 
 }  // namespace detail
 
-inline detail::semaphore_awaiter semaphore::acquire(std::size_t n, std::stop_token token) noexcept {
-    return detail::semaphore_awaiter(*this, n, std::move(token));
+inline semaphore::~semaphore() {
+    while (detail::semaphore_wait* w = m_waiters.pop_front()) w->semaphore_gone();
+    // Granted, already scheduled: the permits go with the semaphore.
+    while (detail::semaphore_wait* w = m_granted.pop_front()) w->semaphore_gone();
+}
+
+inline void semaphore::grant() noexcept {
+        while (detail::semaphore_wait* w = m_waiters.front()) {
+            if (w->count() > m_available) break;
+            m_waiters.pop_front();
+            m_available -= w->count();
+            m_granted.push_back(*w);
+            w->grant();
+        }
+    }
+
+inline parked<detail::semaphore_wait> semaphore::acquire(std::size_t n, std::stop_token token) noexcept {
+    return parked<detail::semaphore_wait>(std::move(token), *this, n);
 }
 
 }  // namespace spindle

@@ -7,73 +7,61 @@
 /// kept: the next wait for it returns at once, and any number of deliveries
 /// kept that way count as one.
 
-#include <spindle/detail/cancel_hook.hpp>
-#include <spindle/loop.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
 #include <stop_token>
+#include <string>
 
 namespace spindle {
 
 namespace detail {
 
-struct signal_waiter : list_hook<> {
-    task_header* m_task = nullptr;
-    int m_signo = 0;
-};
+class signal_wait;
+// The loop's signal service (runtime/signals.cpp).
+void catch_signal(loop_core& core, int signo);
+bool take_pending_signal(loop_core& core, int signo) noexcept;
+void add_signal_waiter(loop_core& core, signal_wait& w);
 
-class signal_awaiter : signal_waiter {
+class signal_wait : public waiter, public list_hook<> {
 public:
-    signal_awaiter(int signo, std::stop_token token) noexcept : m_token(std::move(token)) { m_signo = signo; }
-    signal_awaiter(const signal_awaiter&) = delete;
-    signal_awaiter& operator=(const signal_awaiter&) = delete;
-    ~signal_awaiter() { unlink(); }
+    explicit signal_wait(int signo) noexcept : m_signo(signo) {}
 
-    bool await_ready() {
-        if (m_token.stop_requested()) {
-            m_cancelled = true;
-            return true;
-        }
-        loop& l = loop::current();
-        l.catch_signal(m_signo);
-        return l.take_pending_signal(m_signo);
+    bool ready() {
+        loop_core& core = current_core();
+        catch_signal(core, m_signo);
+        return take_pending_signal(core, m_signo);
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        m_task = &current_task();
-        m_task->m_resume = h;
-        m_task->m_loop->add_signal_waiter(*this);
-        m_cancel.arm(m_token, this);
-        park_cancellable(*m_task, this);
+    void on_park() { add_signal_waiter(core(), *this); }
+    void on_cancel() noexcept {
+        unlink();
+        complete_cancelled();
     }
-    /// The signal number, or operation_canceled.
-    result<int> await_resume() noexcept {
-        unpark(m_task);
-        m_cancel.disarm();
-        if (m_cancelled) return cancelled_error();
-        return m_signo;
-    }
+    void on_abandon() noexcept { unlink(); }
     void describe(std::string& out) const {
         out += "signal ";
         out += std::to_string(m_signo);
     }
-    void on_cancel() noexcept {
-        if (!is_linked()) return;
-        unlink();
-        m_cancelled = true;
-        schedule(*m_task);
+    /// The signal number, or operation_canceled.
+    result<int> take() noexcept {
+        if (cancelled()) return cancelled_error();
+        return m_signo;
     }
+    int signo() const noexcept { return m_signo; }
 
 private:
-    std::stop_token m_token;
-    bool m_cancelled = false;
-    cancel_hook<signal_awaiter> m_cancel;
+    int m_signo;
 };
+
+using signal_awaiter = parked<signal_wait>;
 
 }  // namespace detail
 
 /// Resumes the task when `signo` arrives (see the file comment for the rules).
 [[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, std::stop_token token = {}) {
-    return detail::signal_awaiter(signo, std::move(token));
+    return detail::signal_awaiter(std::move(token), signo);
 }
 
 }  // namespace spindle

@@ -1,6 +1,7 @@
 #pragma once
 /// Everything spindle offers, in one include.
 
+#include <spindle/backend_kind.hpp>
 #include <spindle/channel.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/event.hpp>
@@ -11,6 +12,8 @@
 #include <spindle/loop.hpp>
 #include <spindle/loop_thread.hpp>
 #include <spindle/mutex.hpp>
+#include <spindle/park.hpp>
+#include <spindle/readiness.hpp>
 #include <spindle/result.hpp>
 #include <spindle/semaphore.hpp>
 #include <spindle/signal.hpp>

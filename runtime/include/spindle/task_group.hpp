@@ -11,8 +11,8 @@
 ///     for (auto& peer : peers) group.spawn(ping(peer));
 ///     co_await group.join();
 
-#include <spindle/detail/cancel_hook.hpp>
 #include <spindle/loop.hpp>
+#include <spindle/park.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -80,7 +80,7 @@ private:
     child_list m_children;
     std::size_t m_running = 0;
     std::exception_ptr m_error;
-    detail::task_header* m_joiner = nullptr;
+    waiter* m_joiner = nullptr;
     bool m_cancelled = false;
 };
 

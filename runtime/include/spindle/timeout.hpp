@@ -12,8 +12,9 @@
 /// Await the returned object in the expression that creates it: it may refer to
 /// a temporary operation.
 
-#include <spindle/detail/cancel_hook.hpp>
-#include <spindle/loop.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/task_header.hpp>
+#include <spindle/detail/timer_node.hpp>
 #include <spindle/result.hpp>
 #include <spindle/sleep.hpp>
 
@@ -70,7 +71,7 @@ public:
         m_scope.m_parent = m_task->m_scope;
         m_task->m_scope = &m_scope;
         m_fire = &on_fire;
-        m_task->m_loop->timers().insert(*this, m_deadline);
+        arm_timer(core_of(*m_task), *this, m_deadline);
         return m_awaiter.await_ready();
     }
     template <class H>
@@ -104,7 +105,7 @@ private:
 
     void close_scope() noexcept {
         if (!m_task) return;
-        if (armed()) m_task->m_loop->timers().cancel(*this);
+        disarm_timer(core_of(*m_task), *this);
         // Unlink this scope wherever it is in the chain: scopes do not always
         // close innermost first. with_timeout(a, with_timeout(b, op)) closes the
         // outer scope before it resumes the inner awaiter, and a destroyed frame

@@ -7,7 +7,8 @@
 /// or more behind, the missed ticks are skipped, not replayed in a burst, and
 /// their number is reported (timer::missed, interval's tick result).
 
-#include <spindle/loop.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/timer_node.hpp>
 #include <spindle/sleep.hpp>
 
 #include <chrono>
@@ -30,7 +31,7 @@ class timer : detail::timer_node {
 public:
     using callback = void (*)(void* context);
 
-    explicit timer(loop& owner) noexcept : m_loop(&owner) { m_fire = &on_fire; }
+    explicit timer(loop& owner) noexcept : m_loop(&detail::core_of(owner)) { m_fire = &on_fire; }
     timer(const timer&) = delete;
     timer& operator=(const timer&) = delete;
     /// Must be destroyed before its loop.
@@ -44,9 +45,9 @@ public:
     void start_repeating(clock::duration period, callback fn, void* context) {
         auto p = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
         if (p <= 0) throw std::invalid_argument("spindle::timer: period must be positive");
-        arm(loop::now_ns() + p, p, fn, context);
+        arm(detail::now_ns() + p, p, fn, context);
     }
-    void stop() noexcept { m_loop->timers().cancel(*this); }
+    void stop() noexcept { detail::disarm_timer(*m_loop, *this); }
     bool active() const noexcept { return armed(); }
     /// Ticks skipped before the latest callback because the loop fell behind.
     std::uint64_t missed() const noexcept { return m_missed; }
@@ -60,15 +61,15 @@ private:
         m_fn = fn;
         m_context = context;
         m_missed = 0;
-        m_loop->timers().insert(*this, m_deadline);
+        detail::arm_timer(*m_loop, *this, m_deadline);
     }
     static void on_fire(timer_node& node) noexcept {
         auto& self = static_cast<timer&>(node);
         if (self.m_period > 0) {
             // Re-arm first, so the callback may stop() or restart the timer.
-            self.m_missed = detail::advance_fixed_rate(self.m_deadline, self.m_period, loop::now_ns());
+            self.m_missed = detail::advance_fixed_rate(self.m_deadline, self.m_period, detail::now_ns());
             try {
-                self.m_loop->timers().insert(self, self.m_deadline);
+                detail::arm_timer(*self.m_loop, self, self.m_deadline);
             } catch (...) {
                 // Out of memory while growing the heap: the timer stops.
             }
@@ -76,7 +77,7 @@ private:
         self.m_fn(self.m_context);
     }
 
-    loop* m_loop;
+    detail::loop_core* m_loop;
     callback m_fn = nullptr;
     void* m_context = nullptr;
     std::int64_t m_deadline = 0;
@@ -88,7 +89,7 @@ private:
 class interval {
 public:
     /// `first` defaults to the loop's now (its virtual clock under virtual time).
-    explicit interval(clock::duration period, clock::time_point first = loop::now())
+    explicit interval(clock::duration period, clock::time_point first = clock::time_point(std::chrono::nanoseconds(detail::now_ns())))
         : m_period(std::chrono::duration_cast<std::chrono::nanoseconds>(period).count()),
           m_next(detail::to_ns(first)) {
         if (m_period <= 0) throw std::invalid_argument("spindle::interval: period must be positive");
@@ -96,14 +97,14 @@ public:
 
     class awaiter {
     public:
-        awaiter(interval& iv, std::stop_token token) : m_interval(iv), m_sleep(iv.m_next, std::move(token)) {}
+        awaiter(interval& iv, std::stop_token token) : m_interval(iv), m_sleep(std::move(token), iv.m_next) {}
         bool await_ready() noexcept { return m_sleep.await_ready(); }
-        void await_suspend(std::coroutine_handle<> h) { m_sleep.await_suspend(h); }
+        bool await_suspend(std::coroutine_handle<> h) { return m_sleep.await_suspend(h); }
         /// How many periods this tick stands for: 1, or more when ticks were
         /// skipped because the task came back late; or operation_canceled.
         result<std::uint64_t> await_resume() noexcept {
             if (auto ec = m_sleep.await_resume()) return ec;
-            std::uint64_t skipped = detail::advance_fixed_rate(m_interval.m_next, m_interval.m_period, loop::now_ns());
+            std::uint64_t skipped = detail::advance_fixed_rate(m_interval.m_next, m_interval.m_period, detail::now_ns());
             return 1 + skipped;
         }
 

@@ -7,32 +7,28 @@
 /// Callbacks run after the loop's poll, once all its events were collected, so
 /// a callback may stop or destroy any watcher, itself included.
 
-#include <spindle/loop.hpp>
-#include <spindle/reactor/operation.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/io_op.hpp>
+#include <spindle/detail/task_header.hpp>
+#include <spindle/readiness.hpp>
 
 #include <cstdint>
 
 namespace spindle {
 
 namespace detail {
-struct watcher_base : list_hook<>, list_hook<ready_tag>, reactor::operation {
-    loop* m_loop = nullptr;
-    void (*m_callback)(void*) = nullptr;
-    void* m_context = nullptr;
-    static void on_complete(reactor::operation& op) noexcept;
+class watcher_registry;
+}
 
-    list_hook<>& watch_hook() noexcept { return *this; }
-    list_hook<ready_tag>& fired_hook() noexcept { return *this; }
-    const list_hook<ready_tag>& fired_hook() const noexcept { return *this; }
-};
-}  // namespace detail
-
-class watcher : detail::watcher_base {
+class watcher : detail::list_hook<>, detail::list_hook<detail::ready_tag>, detail::io_op {
 public:
     using callback = void (*)(void* context);
     enum class mode { persistent, one_shot };
 
-    /// Starts watching `fd` for `events` (reactor::readable | reactor::writable).
+    /// Starts watching `fd` for `events` (spindle::readable | spindle::writable).
+    /// Throws std::system_error when the backend refuses the descriptor (epoll
+    /// and a regular file: EPERM).
     watcher(loop& owner, int fd, std::uint32_t events, callback fn, void* context, mode m = mode::persistent);
     watcher(const watcher&) = delete;
     watcher& operator=(const watcher&) = delete;
@@ -41,7 +37,20 @@ public:
 
     /// Stops watching; safe inside any callback, this watcher's own included.
     void stop() noexcept;
-    bool active() const noexcept { return m_loop && (pending() || fired_hook().is_linked()); }
+    bool active() const noexcept;
+
+private:
+    friend class detail::watcher_registry;
+    template <class, class>
+    friend class detail::intrusive_list;
+    static void on_complete(detail::io_op& op) noexcept;
+    detail::list_hook<>& watch_hook() noexcept { return *this; }
+    detail::list_hook<detail::ready_tag>& fired_hook() noexcept { return *this; }
+    const detail::list_hook<detail::ready_tag>& fired_hook() const noexcept { return *this; }
+
+    detail::loop_core* m_loop = nullptr;
+    callback m_callback;
+    void* m_context;
 };
 
 }  // namespace spindle

@@ -31,7 +31,7 @@ public:
     void add(task_header* child) { m_children.push_back(child); }
     ~abort_children() {
         for (task_header* child : m_children)
-            if (child->m_status == task_status::running && child != child->m_loop->running_task()) abort_task(*child);
+            if (child->m_status == task_status::running && child != running_task(*child->m_loop)) abort_task(*child);
     }
 
 private:

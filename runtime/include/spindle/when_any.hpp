@@ -13,7 +13,7 @@
 /// timeout around when_any, or join_handle::cancel) cancels every child.
 /// Destroying the awaiting task aborts the children.
 
-#include <spindle/detail/cancel_hook.hpp>
+#include <spindle/park.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/when_all.hpp>
 
@@ -50,49 +50,38 @@ public:
     }
 
     // The awaiting task parks on this until a child decides the race.
-    class wait {
+    class decided_wait : public waiter {
     public:
-        explicit wait(race_base& race) noexcept : m_race(race) {}
-        wait(const wait&) = delete;
-        wait& operator=(const wait&) = delete;
-        // Destroyed while parked (the awaiting task was aborted): a child that
-        // runs on must not wake the dead task.
-        ~wait() {
-            if (m_task && m_race.m_waiter == m_task) m_race.m_waiter = nullptr;
-        }
-        bool await_ready() const noexcept { return m_race.decided(); }
-        void await_suspend(std::coroutine_handle<> h) {
-            m_task = &current_task();
-            m_task->m_resume = h;
-            m_race.m_waiter = m_task;
-            park_cancellable(*m_task, this);
-        }
-        void await_resume() noexcept {
-            unpark(m_task);
-            m_race.m_waiter = nullptr;
-        }
+        explicit decided_wait(race_base& race) noexcept : m_race(race) {}
+        bool ready() const noexcept { return m_race.decided(); }
+        void on_park() noexcept { m_race.m_waiter = this; }
         // The parent is cancelled: so are the children; the first of them to
         // finish (with its cancellation) decides the race.
         void on_cancel() noexcept {
             for (task_header* child : m_race.m_children) cancel_task(*child);
         }
+        // The awaiting task was aborted: a child that runs on must not wake it.
+        void on_abandon() noexcept {
+            if (m_race.m_waiter == this) m_race.m_waiter = nullptr;
+        }
         void describe(std::string& out) const { out += "when_any of " + std::to_string(m_race.m_children.size()) + " tasks"; }
+        void take() noexcept { m_race.m_waiter = nullptr; }
 
     private:
         race_base& m_race;
-        task_header* m_task = nullptr;
     };
+    using wait = parked<decided_wait>;
 
 protected:
     void decide(std::size_t index) noexcept {
         m_winner = index;
-        if (m_waiter) schedule(*m_waiter);
+        if (m_waiter) m_waiter->complete();
     }
 
 private:
     std::size_t m_winner = no_winner;
     std::exception_ptr m_error;
-    task_header* m_waiter = nullptr;
+    waiter* m_waiter = nullptr;
     std::vector<task_header*> m_children;  // kept alive by the awaiting frame's join handles
 };
 
@@ -171,7 +160,7 @@ task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
         guard.add(child.header_ptr());
         race.add_child(child.header_ptr());
     }
-    co_await detail::race_base::wait(race);
+    co_await detail::race_base::wait(std::stop_token{}, race);
     race.cancel_others();
     for (auto& child : children) co_await child;
     race.rethrow_if_failed();
@@ -195,7 +184,7 @@ task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>
         guard.add(child.header_ptr());
         race.add_child(child.header_ptr());
     }
-    co_await detail::race_base::wait(race);
+    co_await detail::race_base::wait(std::stop_token{}, race);
     race.cancel_others();
     for (auto& child : children) co_await child;
     race.rethrow_if_failed();

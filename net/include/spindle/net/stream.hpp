@@ -28,7 +28,7 @@ public:
     }
     /// One vectored send of at most the buffers' total size.
     [[nodiscard]] detail::send_msg_awaiter write_some(std::span<const ::iovec> bufs, std::stop_token token = {}) {
-        return {fd_for_io(), bufs, nullptr, std::move(token)};
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), bufs, nullptr);
     }
 
     /// Fills `buf` completely, or fails (end_of_stream if the peer closed first;

@@ -31,18 +31,18 @@ public:
 
     [[nodiscard]] detail::send_msg_awaiter send_to(std::span<const std::byte> datagram, const address& to,
                                                    std::stop_token token = {}) {
-        return {fd_for_io(), datagram, &to, std::move(token)};
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, &to);
     }
     /// Receives one datagram into `buf` and its sender into `from`.
     [[nodiscard]] detail::recv_msg_awaiter recv_from(std::span<std::byte> buf, address& from, std::stop_token token = {}) {
-        return {fd_for_io(), buf, &from, std::move(token)};
+        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, &from);
     }
     /// On a connected socket.
     [[nodiscard]] detail::send_msg_awaiter send(std::span<const std::byte> datagram, std::stop_token token = {}) {
-        return {fd_for_io(), datagram, nullptr, std::move(token)};
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, nullptr);
     }
     [[nodiscard]] detail::recv_msg_awaiter recv(std::span<std::byte> buf, std::stop_token token = {}) {
-        return {fd_for_io(), buf, nullptr, std::move(token)};
+        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, nullptr);
     }
 
 private:

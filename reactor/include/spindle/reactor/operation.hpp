@@ -35,6 +35,8 @@ using complete_fn = void (*)(operation&) noexcept;
 
 struct operation {
     complete_fn complete = nullptr;
+    /// The owner's own pointer, for its completion function; never touched here.
+    void* owner = nullptr;
     int fd = -1;
     op_code code = op_code::read;
     op_state state = op_state::idle;

@@ -11,11 +11,12 @@
 #include <string>
 
 namespace spindle {
-class loop;
+class waiter;
 }
 
 namespace spindle::detail {
 
+class loop_core;
 struct ready_tag;  // hook in the loop's ready queue
 struct all_tag;    // hook in the loop's list of live tasks
 
@@ -44,9 +45,9 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     std::coroutine_handle<> m_resume;
     /// The task's outermost frame while it runs; empty once it finished.
     std::coroutine_handle<> m_frame;
-    loop* m_loop = nullptr;
-    /// A task parked in co_await on this task's join handle.
-    task_header* m_joiner = nullptr;
+    loop_core* m_loop = nullptr;
+    /// The wait of a task parked in co_await on this task's join handle.
+    waiter* m_joiner = nullptr;
     std::exception_ptr m_error;
     std::string m_name;
     std::uint64_t m_id = 0;
@@ -55,6 +56,8 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     task_status m_status = task_status::running;
     /// Its failure reached someone through the join handle.
     bool m_observed = false;
+    /// join_handle::cancel() was called: every wait from now on is cancelled.
+    bool m_cancel_requested = false;
     /// Moves the result out of the finished frame, then destroys the frame.
     void (*m_finish)(task_header&) noexcept = nullptr;
     void (*m_delete)(task_header&) noexcept = nullptr;
@@ -65,10 +68,9 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     const wait_info* m_wait_info = nullptr;
     void* m_wait = nullptr;
     std::int64_t m_parked_at = 0;
-    /// join_handle::cancel() was called: every wait from now on is cancelled.
-    bool m_cancel_requested = false;
 
-    bool scope_cancelled() const noexcept {
+    /// A wait that parks now must be cancelled at once.
+    bool cancel_pending() const noexcept {
         if (m_cancel_requested) return true;
         for (const cancel_scope* s = m_scope; s; s = s->m_parent)
             if (s->m_cancelled) return true;
@@ -80,13 +82,6 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     list_hook<all_tag>& all_hook() noexcept { return *this; }
 };
 
-/// The task the loop running on this thread is resuming now. Throws
-/// std::logic_error outside of a task (an awaitable needs a task to park).
-task_header& current_task();
-
-/// Makes a parked task ready; it resumes in a later tick (never inline).
-void schedule(task_header& task) noexcept;
-
 /// Called from a spawned task's final suspend point (defined by the loop).
 void task_finished(task_header& task) noexcept;
 /// Drops one reference; the last one frees the header.
@@ -97,7 +92,7 @@ void log_unobserved_failure(const task_header& task) noexcept;
 void abort_task(task_header& task);
 /// Cancels the task's current and future waits (see join_handle::cancel).
 void cancel_task(task_header& task) noexcept;
-/// The loop's clock as of its last look at the OS (ns): cheap, slightly old.
-std::int64_t recent_time(const task_header& task) noexcept;
+/// The task the loop is resuming now, or null.
+task_header* running_task(const loop_core& core) noexcept;
 
 }  // namespace spindle::detail

@@ -10,14 +10,14 @@
 
 namespace spindle::net::detail {
 
-class send_msg_awaiter : public spindle::detail::io_awaiter<std::size_t> {
+class send_msg_wait : public spindle::detail::io_result_wait<std::size_t> {
 public:
-    send_msg_awaiter(int fd, std::span<const ::iovec> iov, const address* to, std::stop_token token) noexcept
-        : io_awaiter(fd, reactor::op_code::sendmsg, std::move(token), [](reactor::operation&) {}) {
+    send_msg_wait(int fd, std::span<const ::iovec> iov, const address* to) noexcept
+        : io_result_wait(spindle::detail::message_request(fd, spindle::detail::io_code::sendmsg, &m_msg, 0)) {
         init(iov, to);
     }
-    send_msg_awaiter(int fd, std::span<const std::byte> buf, const address* to, std::stop_token token) noexcept
-        : io_awaiter(fd, reactor::op_code::sendmsg, std::move(token), [](reactor::operation&) {}) {
+    send_msg_wait(int fd, std::span<const std::byte> buf, const address* to) noexcept
+        : io_result_wait(spindle::detail::message_request(fd, spindle::detail::io_code::sendmsg, &m_msg, 0)) {
         m_one = {const_cast<std::byte*>(buf.data()), buf.size()};
         init({&m_one, 1}, to);
     }
@@ -31,18 +31,19 @@ private:
             m_msg.msg_name = const_cast<::sockaddr*>(to->native());
             m_msg.msg_namelen = to->size();
         }
-        args.msg = &m_msg;
     }
     ::msghdr m_msg;
     ::iovec m_one{};
 };
 
+using send_msg_awaiter = spindle::parked<send_msg_wait>;
+
 /// Completes with the datagram's size, or datagram_truncated when it did not
 /// fit (the buffer then holds its first buf.size() bytes).
-class recv_msg_awaiter : public spindle::detail::io_awaiter<std::size_t> {
+class recv_msg_wait : public spindle::detail::io_wait {
 public:
-    recv_msg_awaiter(int fd, std::span<std::byte> buf, address* from, std::stop_token token) noexcept
-        : io_awaiter(fd, reactor::op_code::recvmsg, std::move(token), [](reactor::operation&) {}), m_from(from) {
+    recv_msg_wait(int fd, std::span<std::byte> buf, address* from) noexcept
+        : io_wait(spindle::detail::message_request(fd, spindle::detail::io_code::recvmsg, &m_msg, 0)), m_from(from) {
         m_one = {buf.data(), buf.size()};
         m_msg = {};
         m_msg.msg_iov = &m_one;
@@ -51,10 +52,9 @@ public:
             m_msg.msg_name = from->native();
             m_msg.msg_namelen = address::capacity();
         }
-        args.msg = &m_msg;
     }
-    spindle::result<std::size_t> await_resume() noexcept {
-        spindle::result<std::size_t> r = io_awaiter::await_resume();
+    spindle::result<std::size_t> take() noexcept {
+        auto r = spindle::result<std::size_t>::from_syscall(outcome());
         if (!r) return r;
         if (m_from) m_from->set_size(m_msg.msg_namelen);
         if (m_msg.msg_flags & MSG_TRUNC) return make_error_code(errc::datagram_truncated);
@@ -66,5 +66,7 @@ private:
     ::iovec m_one{};
     address* m_from;
 };
+
+using recv_msg_awaiter = spindle::parked<recv_msg_wait>;
 
 }  // namespace spindle::net::detail

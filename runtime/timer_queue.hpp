@@ -15,22 +15,14 @@
 // or by a purge once dead entries outnumber live ones. Nothing here is ever
 // written back into a timer but its slot.
 
+#include <spindle/detail/timer_node.hpp>
+
 #include <array>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 namespace spindle::detail {
-
-struct timer_node {
-    using fire_fn = void (*)(timer_node&) noexcept;
-    static constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
-
-    fire_fn m_fire = nullptr;
-    std::uint32_t m_slot = no_slot;
-
-    bool armed() const noexcept { return m_slot != no_slot; }
-};
 
 class timer_queue {
 public:

@@ -1,0 +1,58 @@
+#pragma once
+// The narrow interface between awaiters and the loop that runs them: schedule
+// a task, arm and disarm timers, submit, cancel and forget descriptor
+// operations, read the clock. It names the loop's engine only as an opaque
+// type, so an awaiter's header does not pull in the loop.
+
+#include <cstdint>
+
+namespace spindle {
+class loop;
+}
+
+namespace spindle::detail {
+
+class loop_core;  // the loop's engine (runtime/loop_core.hpp)
+struct task_header;
+struct timer_node;
+class io_op;
+
+/// The task the loop running on this thread is resuming now. Throws
+/// std::logic_error outside of a task (an awaitable needs a task to park).
+task_header& current_task();
+/// The engine of the loop running on this thread; throws std::logic_error
+/// when no loop runs here.
+loop_core& current_core();
+/// The engine a task runs on.
+loop_core& core_of(const task_header& task) noexcept;
+/// The engine behind a loop.
+loop_core& core_of(loop& l) noexcept;
+/// The public face of an engine.
+loop& loop_of(loop_core& core) noexcept;
+
+/// Makes a parked task ready; it resumes in a later tick, never inline.
+void schedule(task_header& task) noexcept;
+
+/// Arms `node` (not armed) to fire at `deadline_ns` on the loop's clock;
+/// (deadline, insertion) order, never early.
+void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns);
+/// Disarms `node`; no-op when it is not armed.
+void disarm_timer(loop_core& core, timer_node& node) noexcept;
+
+/// The running loop's clock (virtual under virtual time), else the steady clock (ns).
+std::int64_t now_ns() noexcept;
+/// The loop's clock as of its last look at the OS (ns): cheap, slightly old.
+std::int64_t recent_ns(const loop_core& core) noexcept;
+
+/// Starts `op`. True when it completed at once (op.result() is set, also for a
+/// failure to submit: ENOMEM, EBADF, a full ring...); false when it is pending
+/// and its completion function will be called. Never throws.
+bool submit_io(loop_core& core, io_op& op) noexcept;
+/// Asks a pending operation to finish early (ECANCELED, or its real result if
+/// it won the race). No-op when not pending.
+void cancel_io(loop_core& core, io_op& op) noexcept;
+/// The operation's memory is about to go away: the backend never touches it
+/// again and never calls its completion. No-op when not pending.
+void forget_io(loop_core& core, io_op& op) noexcept;
+
+}  // namespace spindle::detail

@@ -1,0 +1,68 @@
+#pragma once
+// One descriptor operation as the runtime hands it to its backend. It lives in
+// the awaiting frame (or a watcher), so an I/O costs no allocation; the
+// backend's own bookkeeping sits in m_backend, opaque here (runtime/io.cpp
+// places the reactor's operation there and checks that it fits).
+
+#include <cstddef>
+#include <cstdint>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+namespace spindle::detail {
+
+enum class io_code : std::uint8_t {
+    read,     // read(2) into buf
+    write,    // write(2) from buf
+    readv,    // readv(2) over vec
+    writev,   // writev(2) over vec
+    recv,     // recv(2) with flags
+    send,     // send(2) with flags | MSG_NOSIGNAL
+    recvmsg,  // recvmsg(2) with msg and flags
+    sendmsg,  // sendmsg(2) with msg and flags | MSG_NOSIGNAL
+    accept,   // accept(2): the new descriptor is non-blocking and close-on-exec
+    connect,  // connect(2): completes with 0 or the socket's SO_ERROR
+    poll,     // readiness (spindle::readiness flags in `events`)
+};
+
+struct io_request {
+    int fd = -1;
+    io_code code = io_code::read;
+    /// A persistent poll completes again on every readiness until withdrawn.
+    bool persistent = false;
+    std::uint32_t events = 0;
+    int flags = 0;
+    union {
+        struct { void* data; std::size_t size; } buf;
+        struct { const ::iovec* iov; int count; } vec;
+        ::msghdr* msg;
+        struct { ::sockaddr* addr; ::socklen_t* len; } accept;
+        struct { const ::sockaddr* addr; ::socklen_t len; } connect;
+    } args{};
+};
+
+class io_op {
+public:
+    /// Called when a pending operation completes (from the loop's poll, or from
+    /// a cancel or close): it only schedules, never resumes inline.
+    using complete_fn = void (*)(io_op&) noexcept;
+
+    io_op(const io_request& request, complete_fn done) noexcept;
+    io_op(const io_op&) = delete;
+    io_op& operator=(const io_op&) = delete;
+    ~io_op() = default;
+
+    /// Submitted and not completed yet.
+    bool pending() const noexcept { return m_pending; }
+    /// Bytes transferred, a new descriptor, 0, or -errno; valid once completed.
+    std::int64_t result() const noexcept { return m_result; }
+
+private:
+    friend struct io_access;
+    complete_fn m_done;
+    std::int64_t m_result = 0;
+    bool m_pending = false;
+    alignas(8) std::byte m_backend[80];
+};
+
+}  // namespace spindle::detail

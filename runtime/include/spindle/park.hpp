@@ -1,0 +1,233 @@
+#pragma once
+/// The park protocol: how a task waits for anything. Every awaiter of spindle
+/// (sleeps, I/O, signals, locks, channels, joins...) is written on it, and so
+/// can yours (docs/custom-awaiters.md).
+///
+/// Write a wait as a class derived from spindle::waiter with these members
+/// (public or protected):
+///
+///   void on_park();                // required: start waiting. Call complete()
+///                                  // when the wait is over, from here (it then
+///                                  // does not suspend) or later, on the loop's
+///                                  // thread (another thread: loop::post first).
+///   void on_abandon() noexcept;    // required: the awaiting frame is destroyed
+///                                  // while waiting (task aborted, loop
+///                                  // destroyed): withdraw, never complete().
+///   void on_cancel() noexcept;     // optional, makes the wait cancellable: stop
+///                                  // the wait if you can, and call
+///                                  // complete_cancelled() (or complete() later,
+///                                  // when cancelling is asynchronous).
+///   bool ready();                  // optional: true when there is no need to
+///                                  // wait at all (no suspension).
+///   void on_discard() noexcept;    // optional: completed but destroyed before
+///                                  // the task resumed: release what the
+///                                  // completion handed over.
+///   void describe(std::string&) const;  // optional: for loop::dump_tasks().
+///   R take();                      // optional: what co_await gives back;
+///                                  // default: std::error_code, empty or
+///                                  // operation_canceled.
+///
+/// and await it as spindle::parked<W>(stop_token, constructor arguments...).
+/// parked<W> does the rest, the same way for every wait: the stop_token,
+/// cancel scopes (with_timeout reaching the wait at any depth of awaited
+/// tasks), join_handle::cancel(), the "waiting on" line of the task dump and
+/// its timestamp, resumption through the loop (never inline), and the order of
+/// withdrawal when the frame goes away.
+///
+/// Everything happens on the loop's thread; stop requests too (from another
+/// thread, post() the request_stop() call).
+
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/task_header.hpp>
+#include <spindle/result.hpp>
+
+#include <coroutine>
+#include <cstdint>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace spindle {
+
+template <class Wait>
+class parked;
+
+class waiter {
+public:
+    waiter(const waiter&) = delete;
+    waiter& operator=(const waiter&) = delete;
+
+    /// The wait is over: the task resumes in a later tick, never inside this
+    /// call. Loop thread only. Does nothing once the wait completed.
+    void complete() noexcept {
+        if (m_wait_state == state::parked) {
+            m_wait_state = state::done;
+            detail::schedule(*m_wait_task);
+        } else if (m_wait_state == state::parking) {
+            m_wait_state = state::done;  // completed while starting: no suspension
+        }
+    }
+    /// Completes the wait as cancelled: cancelled() turns true.
+    void complete_cancelled() noexcept {
+        if (m_wait_state != state::parked && m_wait_state != state::parking) return;
+        m_wait_cancelled = true;
+        complete();
+    }
+
+    /// Parked and not completed yet.
+    bool waiting() const noexcept { return m_wait_state == state::parked; }
+    /// Completed by cancellation (the stop_token, a deadline, a cancelled task).
+    bool cancelled() const noexcept { return m_wait_cancelled; }
+
+protected:
+    waiter() noexcept = default;
+    ~waiter() = default;
+
+    /// The waiting task's loop; valid from on_park() on.
+    loop& owner() const noexcept { return detail::loop_of(detail::core_of(*m_wait_task)); }
+    /// For spindle's own waits: the engine the task runs on.
+    detail::loop_core& core() const noexcept { return detail::core_of(*m_wait_task); }
+
+private:
+    template <class>
+    friend class parked;
+    enum class state : std::uint8_t { idle, parking, parked, done, resumed };
+
+    detail::task_header* m_wait_task = nullptr;
+    state m_wait_state = state::idle;
+    bool m_wait_cancelled = false;
+};
+
+namespace detail {
+
+template <class W>
+concept cancellable_wait = requires(W& w) { w.on_cancel(); };
+template <class W>
+concept wait_with_ready = requires(W& w) { { w.ready() } -> std::convertible_to<bool>; };
+template <class W>
+concept wait_with_discard = requires(W& w) { w.on_discard(); };
+template <class W>
+concept wait_with_describe = requires(const W& w, std::string& out) { w.describe(out); };
+template <class W>
+concept wait_with_take = requires(W& w) { w.take(); };
+
+/// Records the wait a task is parked on and since when (for the dump, and so
+/// that a cancel scope or join_handle::cancel can reach it).
+inline void mark_parked(task_header& t, const wait_info* info, void* wait) noexcept {
+    t.m_wait_info = info;
+    t.m_wait = wait;
+    t.m_parked_at = recent_ns(core_of(t));
+}
+
+inline void unmark_parked(task_header& t) noexcept { t.m_wait_info = nullptr; }
+
+}  // namespace detail
+
+/// A wait `Wait` run by the park protocol: what a task co_awaits.
+template <class Wait>
+class parked final : public Wait {
+    static_assert(std::is_base_of_v<waiter, Wait>, "spindle::parked<W>: W must derive from spindle::waiter");
+    using state = waiter::state;
+    static constexpr bool cancellable = detail::cancellable_wait<Wait>;
+
+public:
+    /// Builds the wait from `args`; a stop requested on `token` cancels it
+    /// (ignored by a wait without on_cancel()).
+    template <class... Args>
+    explicit parked(std::stop_token token, Args&&... args)
+        : Wait(std::forward<Args>(args)...), m_token(std::move(token)) {}
+    parked(const parked&) = delete;
+    parked& operator=(const parked&) = delete;
+
+    ~parked() {
+        if (this->m_wait_state == state::parked) {
+            // The frame is destroyed while parked: withdraw, wake nobody.
+            detail::unmark_parked(*this->m_wait_task);
+            Wait::on_abandon();
+        } else if (this->m_wait_state == state::done) {
+            // Completed, but the task will never see the result.
+            if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
+        }
+    }
+
+    bool await_ready() {
+        if constexpr (cancellable) {
+            if (m_token.stop_requested()) {
+                this->m_wait_cancelled = true;
+                this->m_wait_state = state::done;
+                return true;
+            }
+        }
+        if constexpr (detail::wait_with_ready<Wait>) {
+            if (Wait::ready()) {
+                this->m_wait_state = state::done;
+                return true;
+            }
+        }
+        return false;
+    }
+
+    bool await_suspend(std::coroutine_handle<> h) {
+        detail::task_header& t = detail::current_task();
+        this->m_wait_task = &t;
+        t.m_resume = h;
+        this->m_wait_state = state::parking;
+        try {
+            Wait::on_park();
+        } catch (...) {
+            this->m_wait_state = state::idle;
+            throw;
+        }
+        if (this->m_wait_state == state::done) return false;  // completed at once
+        this->m_wait_state = state::parked;
+        detail::mark_parked(t, &info, this);
+        if constexpr (cancellable) {
+            // Registering may run on_cancel at once, if a stop is already requested.
+            if (m_token.stop_possible()) m_stop.emplace(m_token, fire{this});
+            if (this->m_wait_state == state::parked && t.cancel_pending()) Wait::on_cancel();
+        }
+        return true;
+    }
+
+    decltype(auto) await_resume() {
+        if (this->m_wait_state == state::parked || this->m_wait_state == state::done) {
+            if (this->m_wait_task) detail::unmark_parked(*this->m_wait_task);
+        }
+        this->m_wait_state = state::resumed;
+        if constexpr (cancellable) m_stop.reset();
+        if constexpr (detail::wait_with_take<Wait>)
+            return Wait::take();
+        else
+            return this->cancelled() ? cancelled_error() : std::error_code{};
+    }
+
+private:
+    void cancel() noexcept {
+        if constexpr (cancellable) {
+            if (this->m_wait_state == state::parked) Wait::on_cancel();
+        }
+    }
+
+    struct fire {
+        parked* self;
+        void operator()() const noexcept { self->cancel(); }
+    };
+    struct no_callback {};
+
+    static void cancel_thunk(void* p) noexcept { static_cast<parked*>(p)->cancel(); }
+    static void describe_thunk(const void* p, std::string& out) {
+        if constexpr (detail::wait_with_describe<Wait>)
+            static_cast<const parked*>(p)->describe(out);
+        else
+            out += "a wait";
+    }
+    static constexpr detail::wait_info info{cancellable ? &cancel_thunk : nullptr, &describe_thunk};
+
+    std::stop_token m_token;
+    [[no_unique_address]] std::conditional_t<cancellable, std::optional<std::stop_callback<fire>>, no_callback> m_stop;
+};
+
+}  // namespace spindle

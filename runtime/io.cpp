@@ -1,0 +1,132 @@
+// Descriptor I/O: the io_op the runtime hands to its backend, and the one
+// error channel. A failure to start an operation (the backend throws: epoll
+// refuses the descriptor, a ring that cannot be flushed, no memory) completes
+// it with that error at once, so co_await on I/O returns it as a result and
+// never throws.
+
+#include "io_access.hpp"
+#include "loop_core.hpp"
+
+#include <spindle/io.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+#include <sys/socket.h>
+#include <system_error>
+#include <unistd.h>
+
+namespace spindle::detail {
+
+
+namespace {
+
+constexpr std::size_t reactor_op_size = sizeof(reactor::operation);
+
+void on_backend_complete(reactor::operation& op) noexcept {
+    io_op& o = io_access::owner(op);
+    io_access::set_result(o, op.result);
+    // A persistent poll stays armed after it completes.
+    io_access::set_pending(o, op.state == reactor::op_state::pending);
+    io_access::notify(o);
+}
+
+/// -errno for what a backend threw.
+std::int64_t error_of(std::exception_ptr e) noexcept {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::system_error& err) {
+        if (err.code().category() == std::system_category() || err.code().category() == std::generic_category())
+            return err.code().value() > 0 ? -err.code().value() : -EIO;
+        return -EIO;
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    } catch (...) {
+        return -EIO;
+    }
+}
+
+}  // namespace
+
+io_op::io_op(const io_request& request, complete_fn done) noexcept : m_done(done) {
+    static_assert(reactor_op_size <= sizeof(m_backend), "io_op: room for the reactor's operation");
+    static_assert(alignof(reactor::operation) <= 8, "io_op: alignment of the reactor's operation");
+    auto* op = new (m_backend) reactor::operation{};
+    op->complete = &on_backend_complete;
+    op->owner = this;
+    op->fd = request.fd;
+    op->code = static_cast<reactor::op_code>(request.code);
+    op->persistent = request.persistent;
+    op->events = request.events;  // spindle::readiness and reactor::poll_events agree (io.cpp checks)
+    op->flags = request.flags;
+    static_assert(sizeof(op->args) == sizeof(request.args));
+    std::memcpy(&op->args, &request.args, sizeof(op->args));
+}
+
+static_assert(static_cast<std::uint32_t>(readable) == reactor::readable && static_cast<std::uint32_t>(writable) == reactor::writable);
+static_assert(static_cast<int>(io_code::poll) == static_cast<int>(reactor::op_code::poll) &&
+              static_cast<int>(io_code::accept) == static_cast<int>(reactor::op_code::accept) &&
+              static_cast<int>(io_code::connect) == static_cast<int>(reactor::op_code::connect) &&
+              static_cast<int>(io_code::sendmsg) == static_cast<int>(reactor::op_code::sendmsg) &&
+              static_cast<int>(io_code::read) == static_cast<int>(reactor::op_code::read));
+
+bool submit_io(loop_core& core, io_op& o) noexcept {
+    reactor::operation& op = io_access::op(o);
+    try {
+        if (core.backend().submit(op)) {
+            io_access::set_result(o, op.result);
+            return true;
+        }
+        io_access::set_pending(o, true);
+        return false;
+    } catch (...) {
+        op.state = reactor::op_state::done;
+        io_access::set_result(o, error_of(std::current_exception()));
+        return true;
+    }
+}
+
+void cancel_io(loop_core& core, io_op& o) noexcept {
+    if (o.pending()) core.backend().cancel(io_access::op(o));
+}
+
+void forget_io(loop_core& core, io_op& o) noexcept {
+    if (!o.pending()) return;
+    core.backend().forget(io_access::op(o));
+    io_access::set_pending(o, false);
+}
+
+void io_wait::on_discard() noexcept {
+    // Only a completion that handed something over matters here.
+    if (cancelled() || result() < 0) return;
+    const reactor::operation& op = io_access::op(*this);
+    if (op.code == reactor::op_code::accept) {
+        ::close(static_cast<int>(result()));
+    } else if (op.code == reactor::op_code::recvmsg && op.args.msg) {
+        // Descriptors passed with SCM_RIGHTS arrived in the control buffer.
+        ::msghdr* msg = op.args.msg;
+        for (::cmsghdr* c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            const auto* fds = reinterpret_cast<const unsigned char*>(CMSG_DATA(c));
+            for (std::size_t i = 0; i < count; ++i) {
+                int fd;
+                std::memcpy(&fd, fds + i * sizeof(int), sizeof(int));
+                if (fd >= 0) ::close(fd);
+            }
+        }
+    }
+}
+
+void io_wait::describe(std::string& out) const {
+    static constexpr const char* names[] = {"read", "write", "readv", "writev", "recv", "send",
+                                            "recvmsg", "sendmsg", "accept", "connect", "poll"};
+    const reactor::operation& op = io_access::op(*this);
+    const auto code = static_cast<std::size_t>(op.code);
+    out += code < std::size(names) ? names[code] : "I/O";
+    out += " on fd ";
+    out += std::to_string(op.fd);
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,124 @@
+#pragma once
+// The engine behind spindle::loop: the tick, the ready queue, timers, posts and
+// the backend, with the loop's services (signals, watchers) beside it. Private
+// to the runtime: applications see loop.hpp, awaiters detail/engine.hpp.
+
+#include "timer_queue.hpp"
+#include "watchers.hpp"
+
+#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/post_queue.hpp>
+#include <spindle/detail/task_header.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/reactor/backend.hpp>
+#include <spindle/sleep.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace spindle::detail {
+
+class signal_service;
+
+class loop_core {
+public:
+    loop_core(loop& owner, loop_options options);
+    ~loop_core();
+    /// Destroys the frames of the tasks still parked, unrun posts, watchers,
+    /// timers and signals; the backend stays until destruction. Once.
+    void shutdown() noexcept;
+    loop_core(const loop_core&) = delete;
+    loop_core& operator=(const loop_core&) = delete;
+
+    loop& owner() noexcept { return m_owner; }
+    reactor::backend& backend() noexcept { return *m_backend; }
+    const reactor::backend& backend() const noexcept { return *m_backend; }
+    timer_queue& timers() noexcept { return m_timers; }
+    const loop_options& options() const noexcept { return m_options; }
+    watcher_registry& watchers() noexcept { return m_watchers; }
+    signal_service& signals();
+
+    // --- tasks
+    void register_task(task_header& t, std::coroutine_handle<> frame);
+    void schedule(task_header& t) noexcept;
+    void task_finished(task_header& t) noexcept;
+    void abort_task(task_header& t);
+    void cancel_task(task_header& t) noexcept;
+    task_header* running_task() const noexcept { return m_running; }
+    std::size_t task_count() const noexcept { return m_task_count; }
+    const intrusive_list<task_header, all_tag>& all_tasks() const noexcept { return m_all; }
+    void add_idle_waiter(idle_wait& w) noexcept { m_idle.push_back(w); }
+
+    // --- running
+    void run();
+    void run_until_done(const task_header& t);
+    bool run_once(std::chrono::nanoseconds max_wait);
+    void stop() noexcept;
+    bool has_work() const noexcept;
+    std::optional<std::chrono::nanoseconds> time_to_next_deadline();
+
+    // --- posts and holds (any thread)
+    void post(post_node* node) noexcept;
+    void hold_acquire() noexcept;
+    void hold_release() noexcept;
+
+    // --- time
+    std::int64_t recent_ns() const noexcept { return m_recent_ns; }
+    bool virtual_time() const noexcept { return m_options.virtual_time; }
+    std::int64_t virtual_ns() const noexcept { return m_virtual_ns; }
+
+    void close_fd(int fd) noexcept;
+
+private:
+    void tick(std::chrono::nanoseconds max_wait);
+    void run_posts();
+    int poll_os(std::chrono::nanoseconds timeout);
+    void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
+    void wake_idle_waiters() noexcept;
+    void destroy_frame(task_header& t) noexcept;
+    std::chrono::nanoseconds poll_timeout(std::chrono::nanoseconds max_wait);
+
+    loop& m_owner;
+    loop_options m_options;
+    std::unique_ptr<reactor::backend> m_backend;
+    timer_queue m_timers;
+    intrusive_list<task_header, ready_tag> m_ready;
+    intrusive_list<task_header, ready_tag> m_batch;
+    intrusive_list<task_header, all_tag> m_all;
+    task_header* m_running = nullptr;
+    const task_header* m_awaited = nullptr;  // block_on's task
+    std::size_t m_task_count = 0;
+    std::uint64_t m_next_task_id = 1;
+    std::int64_t m_recent_ns = 0;   // the clock at the last poll
+    std::int64_t m_virtual_ns = 0;  // virtual_time: the loop's clock
+    unsigned m_ticks_since_poll = 0;
+    unsigned m_resumes_since_poll = 0;
+    bool m_closing = false;
+
+    // Posts: pushed by any thread.
+    post_queue m_posts;
+    std::atomic<std::uint64_t> m_posted{0};
+    std::uint64_t m_posts_run = 0;
+    std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
+    std::atomic<bool> m_wake_sent{false};
+    std::atomic<bool> m_stop{false};
+    std::atomic<std::size_t> m_holds{0};
+    // Threads inside post() or ~hold(); written by them only, so on a line of its own.
+    alignas(64) std::atomic<std::size_t> m_in_flight{0};
+
+    watcher_registry m_watchers;
+    intrusive_list<idle_wait> m_idle;
+    std::unique_ptr<signal_service> m_signals;  // made on the first wait for a signal
+};
+
+/// The loop running a tick on this thread, or null.
+loop_core* current_core_or_null() noexcept;
+
+/// Loops alive in the process (runtime/descriptors.cpp), so a descriptor that
+/// outlived its loop is closed plainly instead of through a dangling loop.
+void register_live_loop(const loop& l);
+void unregister_live_loop(const loop& l) noexcept;
+
+}  // namespace spindle::detail

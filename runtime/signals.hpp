@@ -1,0 +1,53 @@
+#pragma once
+// The loop's signal service: one signal source per loop (signalfd, or the
+// self-pipe), watched by a persistent readiness operation; each signal's
+// waiters, and deliveries kept while nobody waits.
+
+#include <spindle/detail/intrusive_list.hpp>
+#include <spindle/reactor/operation.hpp>
+#include <spindle/reactor/signal_source.hpp>
+#include <spindle/signal.hpp>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+namespace spindle::detail {
+
+class loop_core;
+
+class signal_service {
+public:
+    explicit signal_service(loop_core& core);
+    /// Withdraws the watch on the source; waiters still parked are dropped
+    /// (their tasks are destroyed with the loop).
+    ~signal_service();
+    signal_service(const signal_service&) = delete;
+    signal_service& operator=(const signal_service&) = delete;
+
+    void catch_signal(int signo);
+    bool take_pending(int signo) noexcept;
+    void add_waiter(signal_wait& w);
+
+private:
+    static constexpr int max_signal = 64;
+    struct slot {
+        intrusive_list<signal_wait> waiters;
+        std::uint64_t pending = 0;
+        bool caught = false;
+    };
+    struct source_op : reactor::operation {
+        signal_service* owner = nullptr;
+    };
+
+    slot& slot_of(int signo);
+    static void on_ready(reactor::operation& op) noexcept;
+    static void on_signal(void* self, int signo);
+
+    loop_core& m_core;
+    std::unique_ptr<reactor::signal_source> m_source;
+    std::array<slot, max_signal + 1> m_slots;
+    source_op m_op;
+};
+
+}  // namespace spindle::detail

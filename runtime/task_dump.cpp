@@ -1,0 +1,71 @@
+// The dump of a loop's tasks: what every parked task waits on, and for how
+// long. Costs nothing until asked for.
+
+#include "loop_core.hpp"
+
+#include <spindle/loop.hpp>
+#include <spindle/sleep.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace spindle {
+
+std::vector<task_info> loop::tasks() const {
+    const detail::loop_core& core = *m_core;
+    std::vector<task_info> out;
+    out.reserve(core.task_count());
+    const std::int64_t now = core.recent_ns();
+    core.all_tasks().for_each([&](const detail::task_header& t) {
+        task_info info;
+        info.id = t.m_id;
+        info.name = t.m_name;
+        if (&t == core.running_task()) {
+            info.state = task_info::state_kind::running;
+        } else if (t.m_wait_info && !t.ready_hook().is_linked()) {
+            info.state = task_info::state_kind::parked;
+            t.m_wait_info->describe(t.m_wait, info.waiting_on);
+            info.parked_for = std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t.m_parked_at));
+        } else if (!t.ready_hook().is_linked()) {
+            // Parked on a wait that does not say what it is.
+            info.state = task_info::state_kind::parked;
+            info.waiting_on = "an unnamed wait";
+        }
+        out.push_back(std::move(info));
+    });
+    return out;
+}
+
+std::string loop::dump_tasks() const {
+    std::string text;
+    std::vector<task_info> all = tasks();
+    text += std::to_string(all.size()) + (all.size() == 1 ? " task\n" : " tasks\n");
+    for (const task_info& t : all) {
+        text += "  task " + std::to_string(t.id);
+        if (!t.name.empty()) text += " '" + t.name + "'";
+        switch (t.state) {
+            case task_info::state_kind::running: text += ": running\n"; break;
+            case task_info::state_kind::ready: text += ": ready\n"; break;
+            case task_info::state_kind::parked: {
+                const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.parked_for).count();
+                text += ": waiting on " + t.waiting_on + " for " + std::to_string(ms) + " ms\n";
+                break;
+            }
+        }
+    }
+    return text;
+}
+
+namespace detail {
+
+void sleep_wait::describe(std::string& out) const {
+    const std::int64_t left = waiting() ? m_deadline - recent_ns(core()) : 0;
+    out += "sleep, due in ";
+    out += std::to_string(std::max<std::int64_t>(0, left) / 1'000'000);
+    out += " ms";
+}
+
+}  // namespace detail
+
+}  // namespace spindle
