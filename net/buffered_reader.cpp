@@ -7,17 +7,21 @@
 
 namespace spindle::net {
 
-buffered_reader::buffered_reader(stream_socket& stream, std::size_t capacity)
-    : m_stream(&stream), m_data(new std::byte[std::max<std::size_t>(capacity, 1)]), m_capacity(std::max<std::size_t>(capacity, 1)) {}
+template class basic_buffered_reader<stream_socket>;
 
-void buffered_reader::consume(std::size_t n) noexcept {
+namespace detail {
+
+read_buffer::read_buffer(std::size_t capacity)
+    : m_data(new std::byte[std::max<std::size_t>(capacity, 1)]), m_capacity(std::max<std::size_t>(capacity, 1)) {}
+
+void read_buffer::consume(std::size_t n) noexcept {
     n = std::min(n, m_end - m_begin);
     m_begin += n;
     m_scanned = m_scanned > n ? m_scanned - n : 0;
     if (m_begin == m_end) m_begin = m_end = 0;
 }
 
-void buffered_reader::make_room(std::size_t want) {
+void read_buffer::make_room(std::size_t want) {
     if (m_capacity - m_end >= want) return;
     const std::size_t used = m_end - m_begin;
     if (m_capacity - used < want) {
@@ -35,49 +39,38 @@ void buffered_reader::make_room(std::size_t want) {
     m_end = used;
 }
 
-task<result<std::size_t>> buffered_reader::fill(std::stop_token token) {
-    make_room(1);
-    result<std::size_t> n =
-        co_await m_stream->read_some(std::span<std::byte>(m_data.get() + m_end, m_capacity - m_end), std::move(token));
-    if (n) m_end += *n;
-    co_return n;
-}
-
-task<result<std::string_view>> buffered_reader::read_until(std::string_view delimiter, std::size_t max, std::stop_token token) {
-    if (delimiter.empty()) co_return make_error_code(std::errc::invalid_argument);
+std::optional<result<std::string_view>> read_buffer::find_line(std::string_view delimiter, std::size_t max) {
+    if (delimiter.empty()) return make_error_code(std::errc::invalid_argument);
     max = std::max(max, delimiter.size());
-    for (;;) {
-        std::string_view have(reinterpret_cast<const char*>(m_data.get() + m_begin), m_end - m_begin);
-        // Resume the search where the last one stopped, less a delimiter's
-        // worth in case it straddled the old end.
-        std::size_t from = m_scanned >= delimiter.size() ? m_scanned - (delimiter.size() - 1) : 0;
-        std::size_t at = have.find(delimiter, from);
-        if (at != std::string_view::npos && at + delimiter.size() <= max) {
-            std::size_t len = at + delimiter.size();
-            std::string_view line = have.substr(0, len);
-            // The caller's view stays valid until the next call: consume now,
-            // the bytes are not moved before then.
-            m_begin += len;
-            m_scanned = 0;
-            if (m_begin == m_end) m_begin = m_end = 0;
-            co_return line;
-        }
-        m_scanned = have.size();
-        if (have.size() >= max) co_return make_error_code(errc::line_too_long);
-        if (m_begin + max > m_capacity) make_room(max - (m_end - m_begin));
-        result<std::size_t> n = co_await fill(token);
-        if (!n) co_return n.error();
-        if (*n == 0) co_return make_error_code(errc::end_of_stream);
+    std::string_view have(reinterpret_cast<const char*>(m_data.get() + m_begin), m_end - m_begin);
+    // Resume the search where the last one stopped, less a delimiter's worth
+    // in case it straddled the old end.
+    std::size_t from = m_scanned >= delimiter.size() ? m_scanned - (delimiter.size() - 1) : 0;
+    std::size_t at = have.find(delimiter, from);
+    if (at != std::string_view::npos && at + delimiter.size() <= max) {
+        std::size_t len = at + delimiter.size();
+        std::string_view line = have.substr(0, len);
+        // The caller's view stays valid until its next call on the reader:
+        // consume now, the bytes are not moved before then.
+        m_begin += len;
+        m_scanned = 0;
+        if (m_begin == m_end) m_begin = m_end = 0;
+        return line;
     }
+    m_scanned = have.size();
+    if (have.size() >= max) return make_error_code(errc::line_too_long);
+    if (m_begin + max > m_capacity) make_room(max - (m_end - m_begin));
+    return std::nullopt;
 }
 
-task<result<void>> buffered_reader::read_exact(std::span<std::byte> out, std::stop_token token) {
-    const std::size_t from_buffer = std::min(out.size(), m_end - m_begin);
-    std::memcpy(out.data(), m_data.get() + m_begin, from_buffer);
-    consume(from_buffer);
-    out = out.subspan(from_buffer);
-    if (out.empty()) co_return result<void>{};
-    co_return co_await m_stream->read_exact(out, std::move(token));
+std::size_t read_buffer::take(std::span<std::byte> out) noexcept {
+    const std::size_t n = std::min(out.size(), m_end - m_begin);
+    if (n == 0) return 0;
+    std::memcpy(out.data(), m_data.get() + m_begin, n);
+    consume(n);
+    return n;
 }
+
+}  // namespace detail
 
 }  // namespace spindle::net

@@ -1,6 +1,5 @@
 #include <spindle/net/unix.hpp>
 
-#include <cerrno>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,10 +15,9 @@ task<result<unix_stream>> unix_stream::connect(address path, std::stop_token tok
 }
 
 result<std::pair<unix_stream, unix_stream>> unix_stream::pair() {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0)
-        return std::error_code(errno, std::system_category());
-    return std::pair{unix_stream(unique_fd(fds[0])), unix_stream(unique_fd(fds[1]))};
+    result<std::pair<unique_fd, unique_fd>> fds = detail::open_socket_pair(AF_UNIX, SOCK_STREAM);
+    if (!fds) return fds.error();
+    return std::pair{unix_stream(std::move(fds->first)), unix_stream(std::move(fds->second))};
 }
 
 unix_listener& unix_listener::operator=(unix_listener&& other) noexcept {

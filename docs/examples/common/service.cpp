@@ -84,20 +84,6 @@ task<void> stop_on(int signo, std::stop_source stop) {
 }
 }  // namespace
 
-task<void> close_gracefully(net::tcp_stream& stream, std::span<std::byte> scratch, std::stop_token stop) {
-    using namespace std::chrono_literals;
-    if (!stream.shutdown_write()) co_return;
-    // Closing with the peer's bytes unread would make the kernel send a reset,
-    // which can destroy the reply before the peer reads it (nginx's lingering
-    // close does the same).
-    const auto until = clock::now() + 500ms;
-    for (std::size_t drained = 0; drained < 1024 * 1024;) {
-        result<std::size_t> n = co_await with_deadline(until, stream.read_some(scratch, stop));
-        if (!n || *n == 0) co_return;
-        drained += *n;
-    }
-}
-
 task<void> dump_on_sigusr1(std::stop_token stop) {
     while (co_await wait_signal(SIGUSR1, stop)) {
         std::string dump = loop::current().dump_tasks();

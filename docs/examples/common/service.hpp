@@ -5,6 +5,7 @@
 #include <spindle/net.hpp>
 #include <spindle/spindle.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -56,19 +57,22 @@ struct batch_outcome {
     bool close = false;        ///< close once the reply is written
 };
 
-/// The connection loop of a pipelined request/response protocol: one read,
-/// `handle(std::string_view unconsumed_input) -> batch_outcome` over everything
-/// buffered, one write of its reply, then the consumed bytes are dropped. The
-/// read buffer (16 KiB, grown only for a request larger than that) lives as
-/// long as the connection, so a request in steady state allocates nothing.
-/// With `linger`, a close asked for by `handle` half-closes and drains what
-/// the peer still sends (briefly) so the reply is not lost to a reset.
-template <class Handle>
-task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle handle, bool linger);
+/// The connection loop of a pipelined request/response protocol over any
+/// byte stream (a socket, an encrypted stream, a memory_stream in a test):
+/// one read, `handle(std::string_view unconsumed_input) -> batch_outcome` over
+/// everything buffered, one write of its reply, then the consumed bytes are
+/// dropped. The read buffer (16 KiB, grown only for a request larger than
+/// that) lives as long as the connection, so a request in steady state
+/// allocates nothing. With `linger`, a close asked for by `handle` half-closes
+/// and drains what the peer still sends (briefly) so the reply is not lost to
+/// a reset.
+template <net::byte_stream Stream, class Handle>
+task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bool linger);
 
 /// Half-closes `stream` and reads what the peer still sends, for at most
 /// 500 ms and 1 MiB, so the last reply reaches it before the close.
-task<void> close_gracefully(net::tcp_stream& stream, std::span<std::byte> scratch, std::stop_token stop);
+template <net::byte_stream Stream>
+task<void> close_gracefully(Stream& stream, std::span<std::byte> scratch, std::stop_token stop);
 
 /// Until `stop` is requested, prints the loop's task dump to stderr on each
 /// SIGUSR1: what every connection waits on, and for how long.
@@ -94,7 +98,8 @@ private:
 
 /// A TCP server's life (SIGUSR1 prints the task dump to stderr): binds options.host:options.port, prints
 /// "<name> listening on ADDRESS:PORT", runs `handler(stream, stop)` (a
-/// task<void>) for each connection until SIGINT or SIGTERM, then stops
+/// task<void>) for each connection, with TCP_NODELAY set on its stream (the
+/// services write whole replies), until SIGINT or SIGTERM, then stops
 /// accepting, lets every connection see the stop (their waits complete with
 /// operation_canceled), waits for them all and returns 0. 1 if it cannot bind.
 template <class Handler>
@@ -129,6 +134,7 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
             logger()->warn("{}: accept: {}", name, stream.error().message());
             continue;
         }
+        (void)stream->set_nodelay(true);
         connections.spawn(handler(std::move(*stream), stop.get_token()));
     }
     listener->close();
@@ -138,10 +144,9 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     co_return 0;
 }
 
-template <class Handle>
-task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle handle, bool linger) {
+template <net::byte_stream Stream, class Handle>
+task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bool linger) {
     constexpr std::size_t initial_size = 16 * 1024;
-    (void)stream.set_nodelay(true);
     std::unique_ptr<char[]> in(new char[initial_size]);
     std::size_t capacity = initial_size;
     std::size_t used = 0;
@@ -169,6 +174,23 @@ task<void> serve_batches(net::tcp_stream& stream, std::stop_token stop, Handle h
         }
         used -= batch.consumed;
         if (used > 0 && batch.consumed > 0) std::memmove(in.get(), in.get() + batch.consumed, used);
+    }
+}
+
+template <net::byte_stream Stream>
+task<void> close_gracefully(Stream& stream, std::span<std::byte> scratch, std::stop_token stop) {
+    using namespace std::chrono_literals;
+    // A socket's half-close completes at once; an encrypted stream's writes
+    // its goodbye first, bounded by the same deadline as the drain.
+    const auto until = clock::now() + 500ms;
+    if (!co_await with_deadline(until, net::shutdown_write(stream, stop))) co_return;
+    // Closing with the peer's bytes unread would make the kernel send a reset,
+    // which can destroy the reply before the peer reads it (nginx's lingering
+    // close does the same).
+    for (std::size_t drained = 0; drained < 1024 * 1024;) {
+        result<std::size_t> n = co_await with_deadline(until, stream.read_some(scratch, stop));
+        if (!n || *n == 0) co_return;
+        drained += *n;
     }
 }
 

@@ -14,9 +14,11 @@ constexpr std::size_t buffer_size = 16 * 1024;
 
 bool cancelled(std::error_code error) noexcept { return error == std::errc::operation_canceled; }
 
-task<void> echo(net::tcp_stream stream, std::stop_token stop) {
+// Any byte stream: run_tcp_service hands it a tcp_stream (with TCP_NODELAY
+// set); an encrypted stream or a test's memory_stream would do as well.
+template <net::byte_stream Stream>
+task<void> echo(Stream stream, std::stop_token stop) {
     std::array<std::byte, buffer_size> buffer;
-    (void)stream.set_nodelay(true);
     for (;;) {
         // Both calls take the stop token, so shutdown ends a connection parked
         // in either: a client that never reads cannot hold the server open.
@@ -40,5 +42,5 @@ int main(int argc, char** argv) {
         parse_service_options(argc, argv, {"spindle-echo", "A TCP echo server, one coroutine per connection.", 7007});
     loop_options lo;
     lo.backend = options.backend;
-    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-echo", echo); });
+    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-echo", echo<net::tcp_stream>); });
 }

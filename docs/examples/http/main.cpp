@@ -15,7 +15,10 @@ using namespace spindle::examples;
 
 namespace {
 
-task<void> serve_connection(net::tcp_stream stream, std::stop_token stop) {
+// Any byte stream: run_tcp_service hands in a tcp_stream; an encrypted stream
+// would be served the same way.
+template <net::byte_stream Stream>
+task<void> serve_connection(Stream stream, std::stop_token stop) {
     // One buffer of responses per connection: its capacity survives clear().
     http::output_buffer out(4096);
     co_await serve_batches(
@@ -36,5 +39,5 @@ int main(int argc, char** argv) {
         {"spindle-http", "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\"; keep-alive and pipelining.", 8080});
     loop_options lo;
     lo.backend = options.backend;
-    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-http", serve_connection); });
+    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-http", serve_connection<net::tcp_stream>); });
 }

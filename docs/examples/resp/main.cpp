@@ -17,7 +17,10 @@ namespace {
 
 resp::store g_store;
 
-task<void> serve_connection(net::tcp_stream stream, std::stop_token stop) {
+// Any byte stream: run_tcp_service hands in a tcp_stream; an encrypted stream
+// would be served the same way.
+template <net::byte_stream Stream>
+task<void> serve_connection(Stream stream, std::stop_token stop) {
     resp::output_buffer out;
     // Remembers a command cut by the end of a read, so it is scanned once.
     resp::request_parser parser;
@@ -40,5 +43,5 @@ int main(int argc, char** argv) {
          "\nCommands: PING, ECHO, SET (EX/PX/NX/XX/GET/KEEPTTL), GET, DEL, EXISTS, INCR, COMMAND, CONFIG GET, QUIT.\n"});
     loop_options lo;
     lo.backend = options.backend;
-    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-resp", serve_connection); });
+    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-resp", serve_connection<net::tcp_stream>); });
 }

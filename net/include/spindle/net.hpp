@@ -3,6 +3,7 @@
 
 #include <spindle/net/address.hpp>
 #include <spindle/net/buffered_reader.hpp>
+#include <spindle/net/byte_stream.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/resolve.hpp>
 #include <spindle/net/tcp.hpp>

@@ -1,40 +1,53 @@
 #pragma once
-/// Buffered reads over a stream: lines (or any delimiter) and exact counts.
-/// The buffer is allocated once; reads then cost no allocation.
+/// Buffered reads over any byte_stream: lines (or any delimiter) and exact
+/// counts. The buffer is allocated once; reads then cost no allocation.
+///
+///     net::buffered_reader reader(tcp);          // over a socket
+///     net::basic_buffered_reader other(memory);  // over any byte_stream
 
+#include <spindle/net/byte_stream.hpp>
+#include <spindle/net/error.hpp>
 #include <spindle/net/stream.hpp>
+#include <spindle/task.hpp>
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
+#include <stop_token>
 #include <string_view>
 
 namespace spindle::net {
 
-class buffered_reader {
+namespace detail {
+
+/// The buffer of basic_buffered_reader and its delimiter search, which do not
+/// depend on the stream: compiled once, in buffered_reader.cpp.
+class read_buffer {
 public:
-    /// Reads from `stream`, which must outlive the reader.
-    explicit buffered_reader(stream_socket& stream, std::size_t capacity = 16 * 1024);
+    explicit read_buffer(std::size_t capacity);
 
-    /// The bytes up to and including the next `delimiter`. The view is valid
-    /// until the next call on this reader. line_too_long when `max` bytes
-    /// arrive without a delimiter (they stay buffered); end_of_stream when the
-    /// peer closes first (what arrived stays in buffered()).
-    task<result<std::string_view>> read_until(std::string_view delimiter, std::size_t max, std::stop_token token = {});
-    /// Fills `out` from the buffer, then from the stream.
-    task<result<void>> read_exact(std::span<std::byte> out, std::stop_token token = {});
-    /// Reads once more from the stream into the buffer: the count added, 0 at
-    /// end of stream.
-    task<result<std::size_t>> fill(std::stop_token token = {});
-
-    /// What is buffered and not yet consumed.
     std::span<const std::byte> buffered() const noexcept { return {m_data.get() + m_begin, m_end - m_begin}; }
     void consume(std::size_t n) noexcept;
+
+    /// One step of read_until: the line through `delimiter` (consumed; the
+    /// view stays valid until the buffer is next written), or invalid_argument
+    /// or line_too_long; nullopt when more bytes are needed, with room made
+    /// for them.
+    std::optional<result<std::string_view>> find_line(std::string_view delimiter, std::size_t max);
+    /// Where the next read goes: at least one byte, after what is buffered.
+    std::span<std::byte> space() {
+        make_room(1);
+        return {m_data.get() + m_end, m_capacity - m_end};
+    }
+    /// `n` bytes were read into space().
+    void commit(std::size_t n) noexcept { m_end += n; }
+    /// Moves buffered bytes to the front of `out`: the count moved.
+    std::size_t take(std::span<std::byte> out) noexcept;
 
 private:
     void make_room(std::size_t want);
 
-    stream_socket* m_stream;
     std::unique_ptr<std::byte[]> m_data;
     std::size_t m_capacity;
     std::size_t m_begin = 0;
@@ -42,5 +55,65 @@ private:
     /// Bytes after m_begin already searched for the delimiter.
     std::size_t m_scanned = 0;
 };
+
+}  // namespace detail
+
+template <byte_stream Stream>
+class basic_buffered_reader {
+public:
+    /// Reads from `stream`, which must outlive the reader.
+    explicit basic_buffered_reader(Stream& stream, std::size_t capacity = 16 * 1024)
+        : m_stream(&stream), m_buffer(capacity) {}
+
+    /// The bytes up to and including the next `delimiter`. The view is valid
+    /// until the next call on this reader. line_too_long when `max` bytes
+    /// arrive without a delimiter (they stay buffered); end_of_stream when the
+    /// peer closes first (what arrived stays in buffered()).
+    task<result<std::string_view>> read_until(std::string_view delimiter, std::size_t max, std::stop_token token = {}) {
+        for (;;) {
+            if (std::optional<result<std::string_view>> found = m_buffer.find_line(delimiter, max)) co_return *found;
+            // The stream's own read, awaited here rather than through fill(),
+            // so a line costs no frame beyond this one.
+            result<std::size_t> n = co_await m_stream->read_some(m_buffer.space(), token);
+            if (!n) co_return n.error();
+            if (*n == 0) co_return make_error_code(errc::end_of_stream);
+            m_buffer.commit(*n);
+        }
+    }
+
+    /// Fills `out` from the buffer, then from the stream; end_of_stream when
+    /// the peer closes first.
+    task<result<void>> read_exact(std::span<std::byte> out, std::stop_token token = {}) {
+        out = out.subspan(m_buffer.take(out));
+        while (!out.empty()) {
+            result<std::size_t> n = co_await m_stream->read_some(out, token);
+            if (!n) co_return n.error();
+            if (*n == 0) co_return make_error_code(errc::end_of_stream);
+            out = out.subspan(*n);
+        }
+        co_return result<void>{};
+    }
+
+    /// Reads once more from the stream into the buffer: the count added, 0 at
+    /// end of stream.
+    task<result<std::size_t>> fill(std::stop_token token = {}) {
+        result<std::size_t> n = co_await m_stream->read_some(m_buffer.space(), std::move(token));
+        if (n) m_buffer.commit(*n);
+        co_return n;
+    }
+
+    /// What is buffered and not yet consumed.
+    std::span<const std::byte> buffered() const noexcept { return m_buffer.buffered(); }
+    void consume(std::size_t n) noexcept { m_buffer.consume(n); }
+
+private:
+    Stream* m_stream;
+    detail::read_buffer m_buffer;
+};
+
+/// The reader over a socket (a tcp_stream or unix_stream): compiled once, in
+/// the library.
+using buffered_reader = basic_buffered_reader<stream_socket>;
+extern template class basic_buffered_reader<stream_socket>;
 
 }  // namespace spindle::net

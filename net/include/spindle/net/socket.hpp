@@ -6,6 +6,8 @@
 #include <spindle/net/address.hpp>
 #include <spindle/result.hpp>
 
+#include <utility>
+
 namespace spindle::net {
 
 class socket_base {
@@ -37,8 +39,11 @@ protected:
 };
 
 namespace detail {
-/// socket(2), non-blocking and close-on-exec.
+/// socket(2), non-blocking and close-on-exec, and where the platform has
+/// SO_NOSIGPIPE (macOS, the BSDs) with it set.
 result<unique_fd> open_socket(int domain, int type, int protocol = 0);
+/// socketpair(2), both ends set up as open_socket sets up its socket.
+result<std::pair<unique_fd, unique_fd>> open_socket_pair(int domain, int type, int protocol = 0);
 }  // namespace detail
 
 }  // namespace spindle::net

@@ -4,7 +4,11 @@
 /// End of stream is a successful read of 0 bytes, never an error; read_exact
 /// reports it as errc::end_of_stream. A reset peer is connection_reset (on a
 /// read) or broken_pipe (on a write); no write raises SIGPIPE.
+///
+/// A stream_socket (so tcp_stream and unix_stream) is a byte_stream
+/// (byte_stream.hpp): its shutdown_write completes at once.
 
+#include <spindle/net/byte_stream.hpp>
 #include <spindle/net/detail/msg_awaiter.hpp>
 #include <spindle/net/socket.hpp>
 #include <spindle/task.hpp>
@@ -43,5 +47,7 @@ public:
     result<void> shutdown_write() noexcept;
     result<address> peer_address() const;
 };
+
+static_assert(byte_stream<stream_socket>);
 
 }  // namespace spindle::net
