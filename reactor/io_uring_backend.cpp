@@ -81,12 +81,18 @@ std::int64_t poll_result(const operation& op, std::int32_t res) noexcept {
 
 bool transient(int r) noexcept { return r == -EINTR || r == -EAGAIN || r == -EBUSY; }
 
-// A hook for tests: SPINDLE_IO_URING_FAIL=1 makes the ring's setup fail as if
-// io_uring were forbidden (EPERM), so the fallback to epoll can be exercised
-// on any kernel. Read at each construction so a test can set it for one loop.
-bool fault_injected() noexcept {
+// Hooks for tests, read at each construction so a test can set them for one
+// loop. SPINDLE_IO_URING_FAIL=1 makes the ring's setup fail as if io_uring
+// were forbidden (EPERM), so the fallback to epoll can be exercised on any
+// kernel; SPINDLE_IO_URING_FAIL=submit sets the ring up but makes every
+// request fail to queue as if the submission queue could not be flushed, so
+// the runtime's error channel for submit failures can be exercised.
+enum class fault { none, setup, submit };
+
+fault fault_injected() noexcept {
     const char* value = std::getenv("SPINDLE_IO_URING_FAIL");
-    return value && *value && std::strcmp(value, "0") != 0;
+    if (!value || !*value || std::strcmp(value, "0") == 0) return fault::none;
+    return std::strcmp(value, "submit") == 0 ? fault::submit : fault::setup;
 }
 
 std::string setup_failure(int err) {
@@ -104,7 +110,9 @@ std::string setup_failure(int err) {
 }  // namespace
 
 io_uring_backend::io_uring_backend() : m_free_head(no_slot) {
-    if (fault_injected())
+    const fault injected = fault_injected();
+    m_fail_submit = injected == fault::submit;
+    if (injected == fault::setup)
         throw std::system_error(EPERM, std::system_category(), "io_uring_queue_init (made to fail by SPINDLE_IO_URING_FAIL)");
     setup_ring();
     try {
@@ -365,7 +373,7 @@ bool io_uring_backend::submit(operation& op) {
     const std::uint32_t index = allocate_slot(op);
     op.backend_slot = index;
     op.state = op_state::pending;
-    if (!queue_request(index)) {
+    if (m_fail_submit || !queue_request(index)) {
         release_slot(index);
         op.state = op_state::idle;
         throw std::system_error(EBUSY, std::system_category(), "io_uring: the submission queue cannot be flushed");

@@ -91,6 +91,7 @@ private:
     ::io_uring m_ring{};
     int m_wake_fd = -1;
     bool m_wake_armed = false;
+    bool m_fail_submit = false;  // SPINDLE_IO_URING_FAIL=submit (tests)
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
 

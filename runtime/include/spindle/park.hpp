@@ -3,8 +3,8 @@
 /// (sleeps, I/O, signals, locks, channels, joins...) is written on it, and so
 /// can yours (docs/custom-awaiters.md).
 ///
-/// Write a wait as a class derived from spindle::waiter with these members
-/// (public or protected):
+/// Write a wait as a class derived from spindle::waiter with these public
+/// members (the optional ones are found by name):
 ///
 ///   void on_park();                // required: start waiting. Call complete()
 ///                                  // when the wait is over, from here (it then
@@ -16,9 +16,12 @@
 ///   void on_cancel() noexcept;     // optional, makes the wait cancellable: stop
 ///                                  // the wait if you can, and call
 ///                                  // complete_cancelled() (or complete() later,
-///                                  // when cancelling is asynchronous).
+///                                  // when cancelling is asynchronous). May be
+///                                  // called more than once while parked (a
+///                                  // deadline, then the token): be idempotent.
 ///   bool ready();                  // optional: true when there is no need to
-///                                  // wait at all (no suspension).
+///                                  // wait at all (no suspension). Runs before
+///                                  // the task is known: owner() is not valid yet.
 ///   void on_discard() noexcept;    // optional: completed but destroyed before
 ///                                  // the task resumed: release what the
 ///                                  // completion handed over.
@@ -34,8 +37,14 @@
 /// its timestamp, resumption through the loop (never inline), and the order of
 /// withdrawal when the frame goes away.
 ///
+/// A wait whose task is cancelled already (a stopped token, an expired
+/// with_timeout, join_handle::cancel) completes with operation_canceled without
+/// starting: ready() and on_park() are not called.
+///
 /// Everything happens on the loop's thread; stop requests too (from another
-/// thread, post() the request_stop() call).
+/// thread, post() the request_stop() call). An answer that arrives on another
+/// thread reaches the wait through loop::post, guarded against the wait being
+/// gone by then (docs/custom-awaiters.md shows how).
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/task_header.hpp>
@@ -114,6 +123,15 @@ concept wait_with_describe = requires(const W& w, std::string& out) { w.describe
 template <class W>
 concept wait_with_take = requires(W& w) { w.take(); };
 
+/// on_cancel and on_discard run where nothing may throw.
+template <class W>
+constexpr bool hooks_noexcept() {
+    bool ok = true;
+    if constexpr (cancellable_wait<W>) ok = ok && noexcept(std::declval<W&>().on_cancel());
+    if constexpr (wait_with_discard<W>) ok = ok && noexcept(std::declval<W&>().on_discard());
+    return ok;
+}
+
 /// Records the wait a task is parked on and since when (for the dump, and so
 /// that a cancel scope or join_handle::cancel can reach it).
 inline void mark_parked(task_header& t, const wait_info* info, void* wait) noexcept {
@@ -130,8 +148,10 @@ inline void unmark_parked(task_header& t) noexcept { t.m_wait_info = nullptr; }
 template <class Wait>
 class parked final : public Wait {
     static_assert(std::is_base_of_v<waiter, Wait>, "spindle::parked<W>: W must derive from spindle::waiter");
+    static_assert(noexcept(std::declval<Wait&>().on_abandon()), "spindle::parked<W>: on_abandon() must be noexcept");
     using state = waiter::state;
     static constexpr bool cancellable = detail::cancellable_wait<Wait>;
+    static_assert(detail::hooks_noexcept<Wait>(), "spindle::parked<W>: on_cancel() and on_discard() must be noexcept");
 
 public:
     /// Builds the wait from `args`; a stop requested on `token` cancels it
@@ -155,7 +175,8 @@ public:
 
     bool await_ready() {
         if constexpr (cancellable) {
-            if (m_token.stop_requested()) {
+            const detail::task_header* t = detail::current_task_or_null();
+            if (m_token.stop_requested() || (t && t->cancel_pending())) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;

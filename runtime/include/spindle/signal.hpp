@@ -14,6 +14,7 @@
 
 #include <stop_token>
 #include <string>
+#include <system_error>
 
 namespace spindle {
 
@@ -29,9 +30,16 @@ class signal_wait : public waiter, public list_hook<> {
 public:
     explicit signal_wait(int signo) noexcept : m_signo(signo) {}
 
+    /// A signal source the OS refuses (no descriptor left...) is the wait's
+    /// error, not an exception; a bad signal number is a programming error.
     bool ready() {
         loop_core& core = current_core();
-        catch_signal(core, m_signo);
+        try {
+            catch_signal(core, m_signo);
+        } catch (const std::system_error& e) {
+            m_error = e.code();
+            return true;
+        }
         return take_pending_signal(core, m_signo);
     }
     void on_park() { add_signal_waiter(core(), *this); }
@@ -47,12 +55,14 @@ public:
     /// The signal number, or operation_canceled.
     result<int> take() noexcept {
         if (cancelled()) return cancelled_error();
+        if (m_error) return m_error;
         return m_signo;
     }
     int signo() const noexcept { return m_signo; }
 
 private:
     int m_signo;
+    std::error_code m_error;
 };
 
 using signal_awaiter = parked<signal_wait>;
