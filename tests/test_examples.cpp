@@ -249,6 +249,15 @@ TEST_CASE("every TCP example stops with status 0 on SIGINT and on SIGTERM, with 
     }
 }
 
+TEST_CASE("spindle-custom-awaiter shows every outcome it promises and exits 0") {
+    command_result r = run({program("SPINDLE_CUSTOM_AWAITER")});
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(count(r.output, "UNEXPECTED") == 0);
+    CHECK(count(r.output, "ok: ") == 13);
+    CHECK(r.output.find("waiting on kv get 'slow' (request ") != std::string::npos);
+}
+
 TEST_CASE("spindle-echo echoes every byte to many clients at once") {
     process server({program("SPINDLE_ECHO"), "--port", "0"});
     std::uint16_t port = server.wait_listening();
