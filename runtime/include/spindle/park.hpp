@@ -37,9 +37,11 @@
 /// its timestamp, resumption through the loop (never inline), and the order of
 /// withdrawal when the frame goes away.
 ///
-/// A wait whose task is cancelled already (a stopped token, an expired
-/// with_timeout, join_handle::cancel) completes with operation_canceled without
-/// starting: ready() and on_park() are not called.
+/// A stopped token completes the wait with operation_canceled before anything
+/// starts. A task cancelled otherwise (an expired with_timeout,
+/// join_handle::cancel) still gets what completes without waiting (ready(), or
+/// on_park() completing at once); a wait that parks is cancelled at once
+/// through on_cancel().
 ///
 /// Everything happens on the loop's thread; stop requests too (from another
 /// thread, post() the request_stop() call). An answer that arrives on another
@@ -175,8 +177,7 @@ public:
 
     bool await_ready() {
         if constexpr (cancellable) {
-            const detail::task_header* t = detail::current_task_or_null();
-            if (m_token.stop_requested() || (t && t->cancel_pending())) {
+            if (m_token.stop_requested()) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;
