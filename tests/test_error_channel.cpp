@@ -2,6 +2,7 @@
 // as its result, never as an exception out of co_await. And what a completed
 // operation handed over is released when its task will never see it.
 
+#include "fd_support.hpp"
 #include "support.hpp"
 
 #include <spindle/spindle.hpp>
@@ -24,49 +25,15 @@ using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::result;
 using spindle::task;
+using spindle::test::fd_pair;
+using spindle::test::make_pipe;
+using spindle::test::make_socketpair;
+using spindle::test::regular_file;
+using spindle::test::tcp_listener;
 using spindle::test::run_with_watchdog;
 
 namespace {
 
-struct fd_pair {
-    int a = -1;
-    int b = -1;
-};
-
-fd_pair make_socketpair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-    return {fds[0], fds[1]};
-}
-
-fd_pair make_pipe() {
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
-    return {fds[0], fds[1]};
-}
-
-/// A regular file (epoll refuses those with EPERM), already unlinked.
-int regular_file() {
-    std::string path = "/tmp/spindle-test-XXXXXX";
-    int fd = ::mkostemp(path.data(), O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    ::unlink(path.c_str());
-    return fd;
-}
-
-/// A non-blocking TCP listener on 127.0.0.1 with an ephemeral port.
-int tcp_listener(::sockaddr_in& addr) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<::sockaddr*>(&addr), sizeof addr) == 0);
-    ::socklen_t len = sizeof addr;
-    REQUIRE(::getsockname(fd, reinterpret_cast<::sockaddr*>(&addr), &len) == 0);
-    REQUIRE(::listen(fd, 16) == 0);
-    return fd;
-}
 
 /// A blocking client connected to `addr` (the listener's backlog completes it).
 int connect_client(const ::sockaddr_in& addr) {
@@ -128,30 +95,12 @@ task<outcome> outcome_of(Make make) {
 }
 
 task<outcome> read_from(int fd) {
-    std::array<std::byte, 16> buf;
-    outcome o;
-    try {
-        result<std::size_t> r = co_await spindle::read(fd, buf);
-        o.has_value = r.has_value();
-        o.error = r.error();
-    } catch (const std::exception& e) {
-        o.threw = true;
-        o.what = e.what();
-    }
-    co_return o;
+    // The buffer lives in the lambda, kept in outcome_of's frame while it runs.
+    return outcome_of([fd, buf = std::array<std::byte, 16>{}]() mutable { return spindle::read(fd, buf); });
 }
 
 task<outcome> wait_readable_on(int fd) {
-    outcome o;
-    try {
-        result<int> r = co_await spindle::wait_readable(fd);
-        o.has_value = r.has_value();
-        o.error = r.error();
-    } catch (const std::exception& e) {
-        o.threw = true;
-        o.what = e.what();
-    }
-    co_return o;
+    return outcome_of([fd] { return spindle::wait_readable(fd); });
 }
 
 task<void> accept_once(int lfd, bool& resumed) {

@@ -2,6 +2,7 @@
 // (spindle/watcher.hpp), on the epoll backend: pipes, socketpairs and TCP on
 // loopback only.
 
+#include "fd_support.hpp"
 #include "support.hpp"
 
 #include <arpa/inet.h>
@@ -32,28 +33,16 @@
 using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::task;
+using spindle::test::fd_pair;
+using spindle::test::make_pipe;
+using spindle::test::make_socketpair;
+using spindle::test::regular_file;
+using spindle::test::tcp_listener;
 using spindle::test::run_with_watchdog;
 
 namespace {
 
 // --- helpers -------------------------------------------------------------------
-
-struct fd_pair {
-    int a = -1;
-    int b = -1;
-};
-
-fd_pair make_pipe() {
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
-    return {fds[0], fds[1]};
-}
-
-fd_pair make_socketpair() {
-    int fds[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
-    return {fds[0], fds[1]};
-}
 
 /// Both ends owned through the loop, so the backend forgets them before they close.
 struct owned_pair {
@@ -72,21 +61,6 @@ std::string text_of(std::span<const std::byte> b) {
 
 bool is_fd_open(int fd) { return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
 
-/// A TCP listener on 127.0.0.1 with an ephemeral port.
-int tcp_listener(::sockaddr_in& addr) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    REQUIRE(::bind(fd, reinterpret_cast<const ::sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd, SOMAXCONN) == 0);
-    ::socklen_t len = sizeof addr;
-    REQUIRE(::getsockname(fd, reinterpret_cast<::sockaddr*>(&addr), &len) == 0);
-    REQUIRE(addr.sin_port != 0);
-    return fd;
-}
 
 int tcp_socket() {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -747,14 +721,6 @@ bool run_returns_by_itself(loop& l, std::chrono::milliseconds limit) {
     return !stopped;
 }
 
-/// A regular file (epoll refuses those with EPERM), already unlinked.
-int regular_file() {
-    std::string path = "/tmp/spindle-test-XXXXXX";
-    int fd = ::mkostemp(path.data(), O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    ::unlink(path.c_str());
-    return fd;
-}
 
 struct closing_fd {
     loop* l = nullptr;

@@ -8,6 +8,7 @@
 /// allocates nothing: the waiter lives in the awaiting frame.
 
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -21,18 +22,12 @@ class event;
 
 namespace detail {
 
-class event_wait : public waiter, public list_hook<> {
+class event_wait : public queued_wait {
 public:
     explicit event_wait(event& ev) noexcept : m_event(&ev) {}
 
     bool ready() const noexcept;
     void on_park() noexcept;
-    /// A waiter already woken by set() keeps its success.
-    void on_cancel() noexcept {
-        unlink();
-        complete_cancelled();
-    }
-    void on_abandon() noexcept { unlink(); }
     void describe(std::string& out) const { out += "event"; }
 
 private:

@@ -14,6 +14,7 @@
 /// latch completes the waits still pending with operation_canceled.
 
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -29,17 +30,12 @@ namespace detail {
 
 class zero_count;
 
-class zero_wait : public waiter, public list_hook<> {
+class zero_wait : public queued_wait {
 public:
     explicit zero_wait(zero_count& c) noexcept : m_counter(&c) {}
 
     bool ready() const noexcept;
     void on_park() noexcept;
-    void on_cancel() noexcept {
-        unlink();
-        complete_cancelled();
-    }
-    void on_abandon() noexcept { unlink(); }
     void describe(std::string& out) const;
 
 private:

@@ -9,6 +9,7 @@
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -26,7 +27,7 @@ void catch_signal(loop_core& core, int signo);
 bool take_pending_signal(loop_core& core, int signo) noexcept;
 void add_signal_waiter(loop_core& core, signal_wait& w);
 
-class signal_wait : public waiter, public list_hook<> {
+class signal_wait : public queued_wait {
 public:
     explicit signal_wait(int signo) noexcept : m_signo(signo) {}
 
@@ -43,11 +44,6 @@ public:
         return take_pending_signal(core, m_signo);
     }
     void on_park() { add_signal_waiter(core(), *this); }
-    void on_cancel() noexcept {
-        unlink();
-        complete_cancelled();
-    }
-    void on_abandon() noexcept { unlink(); }
     void describe(std::string& out) const {
         out += "signal ";
         out += std::to_string(m_signo);
