@@ -25,11 +25,7 @@ namespace {
 constexpr std::size_t reactor_op_size = sizeof(reactor::operation);
 
 void on_backend_complete(reactor::operation& op) noexcept {
-    io_op& o = io_access::owner(op);
-    io_access::set_result(o, op.result);
-    // A persistent poll stays armed after it completes.
-    io_access::set_pending(o, op.state == reactor::op_state::pending);
-    io_access::notify(o);
+    io_access::notify(io_access::owner(op));
 }
 
 /// -errno for what a backend threw.
@@ -74,15 +70,10 @@ static_assert(static_cast<int>(io_code::poll) == static_cast<int>(reactor::op_co
 bool submit_io(loop_core& core, io_op& o) noexcept {
     reactor::operation& op = io_access::op(o);
     try {
-        if (core.backend().submit(op)) {
-            io_access::set_result(o, op.result);
-            return true;
-        }
-        io_access::set_pending(o, true);
-        return false;
+        return core.backend().submit(op);
     } catch (...) {
         op.state = reactor::op_state::done;
-        io_access::set_result(o, error_of(std::current_exception()));
+        op.result = error_of(std::current_exception());
         return true;
     }
 }
@@ -94,8 +85,10 @@ void cancel_io(loop_core& core, io_op& o) noexcept {
 void forget_io(loop_core& core, io_op& o) noexcept {
     if (!o.pending()) return;
     core.backend().forget(io_access::op(o));
-    io_access::set_pending(o, false);
 }
+
+bool io_op::pending() const noexcept { return io_access::op(*this).pending(); }
+std::int64_t io_op::result() const noexcept { return io_access::op(*this).result; }
 
 void io_wait::on_discard() noexcept {
     // Only a completion that handed something over matters here.

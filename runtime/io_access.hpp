@@ -14,8 +14,6 @@ struct io_access {
     static const reactor::operation& op(const io_op& o) noexcept {
         return *std::launder(reinterpret_cast<const reactor::operation*>(o.m_backend));
     }
-    static void set_pending(io_op& o, bool pending) noexcept { o.m_pending = pending; }
-    static void set_result(io_op& o, std::int64_t result) noexcept { o.m_result = result; }
     static io_op& owner(reactor::operation& op) noexcept { return *static_cast<io_op*>(op.owner); }
     static void notify(io_op& o) noexcept { o.m_done(o); }
 };

@@ -15,7 +15,6 @@ void watcher_registry::start(watcher& w) {
     // Submit before linking: if it throws (say, epoll refuses a regular file),
     // no list keeps a node that never finished constructing.
     const bool ready_now = m_core.backend().submit(op);
-    io_access::set_pending(w, !ready_now);
     m_watchers.push_back(w);
     ++m_active;
     // A one-shot watch may be satisfied at once: it still calls back from the
@@ -29,10 +28,7 @@ void watcher_registry::stop(watcher& w) noexcept {
         --m_active;
     }
     w.fired_hook().unlink();
-    if (w.pending()) {
-        m_core.backend().forget(io_access::op(w));
-        io_access::set_pending(w, false);
-    }
+    if (w.pending()) m_core.backend().forget(io_access::op(w));
 }
 
 void watcher_registry::fired(watcher& w) noexcept {
@@ -61,7 +57,6 @@ void watcher_registry::detach_all() noexcept {
     // Watchers outlive the loop only by mistake; make their stop() harmless.
     while (watcher* w = m_watchers.pop_front()) {
         if (w->pending()) m_core.backend().forget(io_access::op(*w));
-        io_access::set_pending(*w, false);
         w->m_loop = nullptr;
     }
     while (watcher* w = m_fired.pop_front()) w->m_loop = nullptr;

@@ -52,16 +52,16 @@ public:
     io_op& operator=(const io_op&) = delete;
     ~io_op() = default;
 
-    /// Submitted and not completed yet.
-    bool pending() const noexcept { return m_pending; }
+    /// Submitted and not completed yet (a persistent poll stays pending).
+    bool pending() const noexcept;
     /// Bytes transferred, a new descriptor, 0, or -errno; valid once completed.
-    std::int64_t result() const noexcept { return m_result; }
+    std::int64_t result() const noexcept;
 
 private:
     friend struct io_access;
     complete_fn m_done;
-    std::int64_t m_result = 0;
-    bool m_pending = false;
+    // The reactor's operation, state and result included: read through the
+    // accessors above, so the frame holds no second copy.
     alignas(8) std::byte m_backend[80];
 };
 
