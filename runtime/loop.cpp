@@ -64,6 +64,8 @@ static_assert(static_cast<int>(reactor::backend_kind::io_uring) == static_cast<i
 
 loop_core* current_core_or_null() noexcept { return t_current; }
 
+task_header* current_task_or_null() noexcept { return t_current ? t_current->running_task() : nullptr; }
+
 loop_core& current_core() {
     if (!t_current) throw std::logic_error("spindle: no loop is running on this thread");
     return *t_current;

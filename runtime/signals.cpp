@@ -8,6 +8,11 @@
 
 namespace spindle::detail {
 
+// The public names are the reactor's, value for value.
+static_assert(static_cast<int>(reactor::signal_mechanism::automatic) == static_cast<int>(signal_mechanism::automatic) &&
+              static_cast<int>(reactor::signal_mechanism::signalfd) == static_cast<int>(signal_mechanism::signalfd) &&
+              static_cast<int>(reactor::signal_mechanism::self_pipe) == static_cast<int>(signal_mechanism::self_pipe));
+
 signal_service::signal_service(loop_core& core)
     : m_core(core), m_source(reactor::make_signal_source(static_cast<reactor::signal_mechanism>(core.options().signals))) {
     m_op.owner = this;

@@ -6,6 +6,7 @@ namespace spindle {
 class task_group::join_wait : public waiter {
 public:
     explicit join_wait(task_group& group) noexcept : m_group(group) {}
+    static constexpr bool forwards_cancel = true;
     bool ready() const noexcept { return m_group.m_running == 0; }
     void on_park() noexcept { m_group.m_joiner = this; }
     // The joiner is cancelled: the children are, and join goes on waiting for

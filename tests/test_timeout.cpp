@@ -3,6 +3,7 @@
 // win the race against the timer; stop_token cancellation; and frames
 // destroyed while a deadline is armed.
 
+#include "fd_support.hpp"
 #include "net_support.hpp"
 
 #include <spindle/net/tcp.hpp>
@@ -84,20 +85,20 @@ task<void> several_waits_main(int fd, steps_state& s) {
 struct later_waits_state {
     std::error_code first;
     std::error_code second_sleep;
-    std::optional<std::size_t> ready_read;
+    std::error_code ready_read;
     std::error_code outer;
 };
 
 /// After its first wait was cancelled by the deadline, the task goes on
-/// waiting: a wait that parks is cancelled at once; an operation that
-/// completes without parking still completes.
+/// waiting: every later operation in the expired scope is cancelled at once,
+/// a read that would find its byte without waiting too.
 task<result<std::size_t>> keeps_waiting(int fd, int wfd, later_waits_state& s) {
     std::array<std::byte, 8> buf{};
     s.first = (co_await spindle::read(fd, buf)).error();
     s.second_sleep = co_await spindle::sleep_for(1h);
     REQUIRE(::write(wfd, "r", 1) == 1);
     result<std::size_t> r = co_await spindle::read(fd, buf);
-    if (r) s.ready_read = *r;
+    s.ready_read = r.error();
     co_return r;
 }
 
@@ -451,17 +452,19 @@ TEST_CASE("with_timeout: a task doing several waits is cancelled in the wait it 
     CHECK(s.outer.elapsed >= 100ms);
 }
 
-TEST_CASE("with_timeout: once expired, later waits in the scope are cancelled as soon as they park", "[timeout]") {
+TEST_CASE("with_timeout: once expired, every later operation in the scope is cancelled, ready or not", "[timeout]") {
     pipe_pair p;
     later_waits_state s;
     loop l;
     run_with_watchdog(l, keeps_waiting_main(p.r, p.w, s));
     CHECK(s.first == std::errc::operation_canceled);
     CHECK(s.second_sleep == std::errc::operation_canceled);
-    // A read that finds its byte never parks, so it completes.
-    REQUIRE(s.ready_read.has_value());
-    CHECK(*s.ready_read == 1u);
-    CHECK_FALSE(s.outer);  // the task's own result (a success) is kept
+    // A read that would find its byte at once is stopped too: a task past its
+    // deadline must not run on through ready operations. The byte stays.
+    CHECK(s.ready_read == std::errc::operation_canceled);
+    CHECK(s.outer == std::errc::timed_out);
+    char c = 0;
+    CHECK(::read(p.r, &c, 1) == 1);
 }
 
 TEST_CASE("with_timeout: on a sleep, timed_out when the sleep is longer, success when shorter", "[timeout]") {
@@ -634,4 +637,95 @@ TEST_CASE("with_timeout: a loop destroyed while tasks are parked inside timeouts
     CHECK(counted::alive == 0);
     CHECK(short_deadline.resumed == 0);
     CHECK(long_deadline.resumed == 0);
+}
+
+// =====================================================================================
+// Every way of cancelling stops the next operation, whether it would have to
+// wait or not: a cancelled task does not run on through ready operations.
+
+namespace {
+
+struct ready_receiver_state {
+    long received = 0;
+    long received_at_cancel = -1;
+    std::error_code stopped_by;
+};
+
+task<void> receive_all(spindle::channel<int>& ch, ready_receiver_state& s) {
+    for (;;) {
+        result<int> v = co_await ch.receive();
+        if (!v) {
+            s.stopped_by = v.error();
+            co_return;
+        }
+        // Turn-taking is not a wait: only the cancel can stop this loop.
+        if (++s.received % 100 == 0) co_await spindle::yield();
+    }
+}
+
+task<void> cancel_after(spindle::join_handle<void>& victim, ready_receiver_state& s) {
+    while (s.received < 1000) co_await spindle::yield();
+    victim.cancel();
+    s.received_at_cancel = s.received;
+}
+
+struct ready_reader_state {
+    std::size_t read = 0;
+    std::error_code stopped_by;
+};
+
+task<result<void>> read_byte_by_byte(int fd, ready_reader_state& s) {
+    std::array<std::byte, 1> b{};
+    for (;;) {
+        result<std::size_t> n = co_await spindle::read(fd, b);
+        if (!n) co_return n.error();
+        s.read += *n;
+        co_await spindle::yield();
+    }
+}
+
+task<void> read_until_deadline(int fd, ready_reader_state& s) {
+    result<void> r = co_await with_timeout(20ms, read_byte_by_byte(fd, s));
+    s.stopped_by = r.error();
+}
+
+}  // namespace
+
+TEST_CASE("cancel: a task that receives only ready values stops at the receive after join_handle::cancel()",
+          "[timeout][cancel]") {
+    loop l;
+    spindle::channel<int> ch(spindle::unbounded_channel);
+    for (int i = 0; i < 100'000; ++i) REQUIRE_FALSE(ch.try_send(int{i}));
+    ready_receiver_state s;
+    auto victim = l.spawn(receive_all(ch, s));
+    auto canceller = l.spawn(cancel_after(victim, s));
+    const auto give_up = steady::now() + 10s;
+    while (!victim.done() && steady::now() < give_up) l.run_once(10ms);
+    REQUIRE(victim.done());
+    CHECK(s.stopped_by == std::errc::operation_canceled);
+    // Not one more value after the cancel; the rest stay in the channel.
+    CHECK(s.received == s.received_at_cancel);
+    CHECK(ch.size() == static_cast<std::size_t>(100'000 - s.received));
+}
+
+TEST_CASE("with_timeout: a loop of reads that find data at once ends at the deadline, not when the data does",
+          "[timeout][cancel]") {
+    loop l;
+    spindle::test::fd_pair sp = spindle::test::make_socketpair();
+    // Fill the connection: far more than a byte-by-byte reader gets through in 20 ms.
+    std::array<char, 4096> chunk{};
+    std::size_t written = 0;
+    for (;;) {
+        const ssize_t n = ::write(sp.b, chunk.data(), chunk.size());
+        if (n <= 0) break;
+        written += static_cast<std::size_t>(n);
+    }
+    REQUIRE(written >= 64 * 1024);
+    ready_reader_state s;
+    run_with_watchdog(l, read_until_deadline(sp.a, s));
+    CHECK(s.stopped_by == std::errc::timed_out);
+    CAPTURE(s.read, written);
+    CHECK(s.read < written);  // stopped with data still buffered
+    ::close(sp.a);
+    ::close(sp.b);
 }

@@ -19,6 +19,7 @@
 ///                                  // when cancelling is asynchronous). May be
 ///                                  // called more than once while parked (a
 ///                                  // deadline, then the token): be idempotent.
+///   static constexpr bool forwards_cancel = true;  // optional: see below
 ///   bool ready();                  // optional: true when there is no need to
 ///                                  // wait at all (no suspension). Runs before
 ///                                  // the task is known: owner() is not valid yet.
@@ -37,11 +38,13 @@
 /// its timestamp, resumption through the loop (never inline), and the order of
 /// withdrawal when the frame goes away.
 ///
-/// A stopped token completes the wait with operation_canceled before anything
-/// starts. A task cancelled otherwise (an expired with_timeout,
-/// join_handle::cancel) still gets what completes without waiting (ready(), or
-/// on_park() completing at once); a wait that parks is cancelled at once
-/// through on_cancel().
+/// A cancellable wait whose task is cancelled already (a stopped token, an
+/// expired with_timeout, join_handle::cancel) completes with
+/// operation_canceled before anything starts, even if it would not have had
+/// to wait: ready() and on_park() are not called. A wait that passes
+/// cancellation on to child tasks and waits for them (when_any, a task
+/// group's join) says `static constexpr bool forwards_cancel = true;`: it is
+/// started, then cancelled through on_cancel().
 ///
 /// Everything happens on the loop's thread; stop requests too (from another
 /// thread, post() the request_stop() call). An answer that arrives on another
@@ -124,6 +127,10 @@ template <class W>
 concept wait_with_describe = requires(const W& w, std::string& out) { w.describe(out); };
 template <class W>
 concept wait_with_take = requires(W& w) { w.take(); };
+/// A wait that passes a cancellation on (to child tasks) and goes on waiting
+/// for them, instead of ending: `static constexpr bool forwards_cancel = true;`.
+template <class W>
+concept forwards_cancel = requires { requires W::forwards_cancel; };
 
 /// on_cancel and on_discard run where nothing may throw.
 template <class W>
@@ -177,7 +184,10 @@ public:
 
     bool await_ready() {
         if constexpr (cancellable) {
-            if (m_token.stop_requested()) {
+            // Every way of cancelling stops the next wait, even one that would
+            // not have to wait (data already buffered, a value in a channel):
+            // a cancelled task must not run on through ready operations.
+            if (m_token.stop_requested() || (!detail::forwards_cancel<Wait> && task_cancel_pending())) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;
@@ -227,6 +237,11 @@ public:
     }
 
 private:
+    static bool task_cancel_pending() noexcept {
+        const detail::task_header* t = detail::current_task_or_null();
+        return t && t->cancel_pending();
+    }
+
     void cancel() noexcept {
         if constexpr (cancellable) {
             if (this->m_wait_state == state::parked) Wait::on_cancel();

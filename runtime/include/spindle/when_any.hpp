@@ -53,6 +53,7 @@ public:
     class decided_wait : public waiter {
     public:
         explicit decided_wait(race_base& race) noexcept : m_race(race) {}
+        static constexpr bool forwards_cancel = true;
         bool ready() const noexcept { return m_race.decided(); }
         void on_park() noexcept { m_race.m_waiter = this; }
         // The parent is cancelled: so are the children; the first of them to

@@ -20,6 +20,8 @@ class io_op;
 /// The task the loop running on this thread is resuming now. Throws
 /// std::logic_error outside of a task (an awaitable needs a task to park).
 task_header& current_task();
+/// The task the loop running on this thread is resuming now, or null.
+task_header* current_task_or_null() noexcept;
 /// The engine of the loop running on this thread; throws std::logic_error
 /// when no loop runs here.
 loop_core& current_core();
