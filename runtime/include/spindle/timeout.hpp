@@ -4,7 +4,8 @@
 /// The operation runs inside a cancel scope of the current task. When the
 /// deadline passes first, the wait the task is parked on inside the operation
 /// (an I/O, a sleep, a signal wait, at any depth of awaited tasks) is cancelled,
-/// later waits in the scope are cancelled as soon as they park, and the
+/// later waits in the scope are cancelled at once (even a read that would find
+/// data ready: a task past its deadline does not run on), and the
 /// operation's `operation_canceled` result becomes `timed_out`
 /// (std::errc::timed_out, ETIMEDOUT). An operation that completed before the
 /// deadline keeps its result, even if the timer fired in the same tick.
