@@ -8,6 +8,7 @@
 #include <spindle/log.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
+#include <spindle/timer.hpp>
 
 #include <algorithm>
 #include <mutex>
@@ -95,6 +96,8 @@ std::int64_t now_ns() noexcept {
 }
 std::int64_t recent_ns(const loop_core& core) noexcept { return core.recent_ns(); }
 
+std::int64_t loop_core::clock_ns() const noexcept { return m_options.virtual_time ? m_virtual_ns : steady_ns(); }
+
 void register_task(loop_core& core, task_header& t, std::coroutine_handle<> frame) { core.register_task(t, frame); }
 void run_until_done(loop_core& core, const task_header& t) { core.run_until_done(t); }
 void post_to(loop_core& core, post_node* node) noexcept { core.post(node); }
@@ -135,6 +138,19 @@ void log_post_failure() noexcept {
             logger()->error("posted callback failed: {}", e.what());
         } catch (...) {
             logger()->error("posted callback failed: unknown exception");
+        }
+    } catch (...) {
+    }
+}
+
+void log_timer_failure() noexcept {
+    try {
+        try {
+            throw;
+        } catch (const std::exception& e) {
+            logger()->error("timer callback failed: {}", e.what());
+        } catch (...) {
+            logger()->error("timer callback failed: unknown exception");
         }
     } catch (...) {
     }
@@ -350,7 +366,7 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     m_watchers.dispatch();
 
     // 4.
-    if (!m_timers.empty()) m_timers.fire_expired(now_ns());
+    if (!m_timers.empty()) m_timers.fire_expired(clock_ns());
 
     // 5.
     if (m_ready.empty() && !m_idle.empty() && m_posted.load(std::memory_order_acquire) == m_posts_run)
@@ -368,7 +384,7 @@ std::chrono::nanoseconds loop_core::poll_timeout(std::chrono::nanoseconds max_wa
     if (deadline == timer_queue::no_deadline) return max_wait;  // negative: no limit
     if (const std::int64_t slack = m_options.timer_slack.count(); slack > 0 && deadline < timer_queue::no_deadline - slack)
         deadline = (deadline + slack - 1) / slack * slack;  // up to the grid: late by < slack, never early
-    nanoseconds until(std::max<std::int64_t>(0, deadline - now_ns()));
+    nanoseconds until(std::max<std::int64_t>(0, deadline - clock_ns()));
     if (max_wait < nanoseconds::zero()) return until;
     return std::min(until, max_wait);
 }
@@ -428,7 +444,9 @@ std::optional<std::chrono::nanoseconds> loop_core::time_to_next_deadline() {
         return nanoseconds::zero();
     std::int64_t deadline = m_timers.next_deadline();
     if (deadline == timer_queue::no_deadline) return std::nullopt;
-    return nanoseconds(std::max<std::int64_t>(0, deadline - now_ns()));
+    // This loop's own clock: a host calls this between ticks, when no loop is
+    // current and now_ns() would read the steady clock under virtual time.
+    return nanoseconds(std::max<std::int64_t>(0, deadline - clock_ns()));
 }
 
 }  // namespace detail

@@ -68,6 +68,8 @@ public:
     std::int64_t recent_ns() const noexcept { return m_recent_ns; }
     bool virtual_time() const noexcept { return m_options.virtual_time; }
     std::int64_t virtual_ns() const noexcept { return m_virtual_ns; }
+    /// This loop's clock now: virtual under virtual time, else the steady clock.
+    std::int64_t clock_ns() const noexcept;
 
     void close_fd(int fd) noexcept;
 

@@ -747,3 +747,89 @@ TEST_CASE("sleep_for(nanoseconds::max()) and sleep_for(hours::max()) last until 
     CHECK((l.timer_count() == 0));
     CHECK_FALSE(l.has_work());
 }
+
+// =====================================================================================
+// Periods and deadlines a user passes saturate instead of overflowing, a
+// timer callback that throws is logged and the loop goes on, and time reported
+// to a host is the loop's own clock.
+
+namespace {
+
+void count_call(void* p) { ++*static_cast<int*>(p); }
+void throw_from_callback(void*) { throw std::runtime_error("timer callback boom"); }
+
+task<std::error_code> second_tick_of_endless_interval() {
+    spindle::interval iv(steady::duration::max());
+    if (auto first = co_await iv.tick(); !first) co_return first.error();  // at once
+    auto second = co_await spindle::with_timeout(20ms, iv.tick());
+    co_return second ? std::error_code{} : second.error();
+}
+
+task<void> sleep_an_hour_then_a_little(bool& in_second_sleep) {
+    co_await spindle::sleep_for(1h);
+    in_second_sleep = true;
+    co_await spindle::sleep_for(10ms);
+}
+
+}  // namespace
+
+TEST_CASE("timer: a period of duration::max() never fires instead of firing on every tick", "[timers][overflow]") {
+    spindle::loop l;
+    int calls = 0;
+    spindle::timer t(l);
+    t.start_repeating(steady::duration::max(), &count_call, &calls);
+    CHECK(t.active());
+    CHECK(t.deadline() == steady::time_point::max());
+    for (int i = 0; i < 5; ++i) l.run_once(1ms);
+    CHECK(calls == 0);
+    t.start(steady::duration::max(), &count_call, &calls);
+    CHECK(t.deadline() == steady::time_point::max());
+    t.start(-5s, &count_call, &calls);  // in the past: the next timer phase
+    for (int i = 0; i < 3 && calls == 0; ++i) l.run_once(1ms);
+    CHECK(calls == 1);
+    CHECK_THROWS_AS(t.start_repeating(-1s, &count_call, &calls), std::invalid_argument);
+}
+
+TEST_CASE("interval: a period of duration::max() gives its first tick, then none", "[timers][overflow]") {
+    spindle::loop l;
+    std::error_code second = spindle::test::run_with_watchdog(l, second_tick_of_endless_interval());
+    CHECK(second == std::errc::timed_out);
+}
+
+TEST_CASE("timer: a callback that throws is logged and the loop goes on", "[timers]") {
+    spindle::test::log_capture log;
+    spindle::loop l;
+    int calls = 0;
+    spindle::timer bad(l);
+    spindle::timer good(l);
+    bad.start_repeating(1ms, &throw_from_callback, nullptr);
+    good.start(3ms, &count_call, &calls);
+    const auto give_up = steady::now() + 5s;
+    while (calls == 0 && steady::now() < give_up) l.run_once(1ms);
+    CHECK(calls == 1);
+    CHECK(bad.active());  // a repeating timer stays armed after its callback threw
+    CHECK(log.contains("timer callback boom"));
+}
+
+TEST_CASE("virtual time: time_to_next_deadline() reads the loop's clock between ticks", "[timers][virtual_time]") {
+    spindle::loop_options o;
+    o.virtual_time = true;
+    spindle::loop l(o);
+    bool in_second_sleep = false;
+    auto h = l.spawn(sleep_an_hour_then_a_little(in_second_sleep));
+    const auto give_up = steady::now() + 5s;
+    l.run_once(0ns);  // the task starts and parks for an hour
+    REQUIRE(l.timer_count() == 1);
+    // No limit on the wait: the virtual clock jumps to the hour's end, where the timer fires.
+    while (l.timer_count() == 1 && steady::now() < give_up) l.run_once(-1ns);
+    // A tick that may not wait: the task resumes and parks in its 10 ms sleep;
+    // the clock stays where it is.
+    l.run_once(0ns);
+    REQUIRE(in_second_sleep);
+    std::optional<std::chrono::nanoseconds> next = l.time_to_next_deadline();
+    REQUIRE(next.has_value());
+    CHECK(*next <= 10ms);
+    CHECK(*next > 0ns);
+    while (!h.done() && steady::now() < give_up) l.run_once(-1ns);
+    CHECK(h.done());
+}

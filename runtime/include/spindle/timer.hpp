@@ -13,18 +13,31 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 
 namespace spindle {
 
 namespace detail {
+/// a + b, or the largest deadline (never) where it would overflow: a period
+/// of duration::max() means "once, then never".
+inline std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+    std::int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+    return sum;
+}
+
 /// Advances a fixed-rate deadline past `now`; returns the ticks skipped.
 inline std::uint64_t advance_fixed_rate(std::int64_t& deadline, std::int64_t period, std::int64_t now) noexcept {
-    deadline += period;
+    deadline = saturating_add(deadline, period);
     if (deadline > now) return 0;
     auto behind = static_cast<std::uint64_t>((now - deadline) / period) + 1;
-    deadline += static_cast<std::int64_t>(behind) * period;
+    deadline = saturating_add(deadline, static_cast<std::int64_t>(behind) * period);
     return behind;
 }
+
+/// A timer callback that threw: logged, and the loop goes on.
+void log_timer_failure() noexcept;
 }  // namespace detail
 
 class timer : detail::timer_node {
@@ -45,7 +58,7 @@ public:
     void start_repeating(clock::duration period, callback fn, void* context) {
         auto p = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
         if (p <= 0) throw std::invalid_argument("spindle::timer: period must be positive");
-        arm(detail::now_ns() + p, p, fn, context);
+        arm(detail::saturating_add(detail::now_ns(), p), p, fn, context);
     }
     void stop() noexcept { detail::disarm_timer(*m_loop, *this); }
     bool active() const noexcept { return armed(); }
@@ -74,7 +87,11 @@ private:
                 // Out of memory while growing the heap: the timer stops.
             }
         }
-        self.m_fn(self.m_context);
+        try {
+            self.m_fn(self.m_context);
+        } catch (...) {
+            detail::log_timer_failure();
+        }
     }
 
     detail::loop_core* m_loop;
