@@ -955,3 +955,74 @@ TEST_CASE("join_handle::cancel: a join is not cancellable; cancelling the joined
 }
 
 }  // namespace
+
+// =====================================================================================
+// when_all can be timed out and cancelled: the children are cancelled, waited
+// for, and the cancellation is reported.
+
+namespace {
+
+task<int> sleep_hour_counted(int& finished, std::error_code& saw) {
+    saw = co_await spindle::sleep_for(1h);
+    ++finished;
+    co_return 1;
+}
+
+struct when_all_cancel_state {
+    int finished = 0;
+    std::error_code a, b;
+    std::error_code outcome;
+    std::chrono::steady_clock::duration took{};
+};
+
+task<void> timed_when_all(when_all_cancel_state& s) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        co_await with_timeout(50ms, spindle::when_all(sleep_hour_counted(s.finished, s.a), sleep_hour_counted(s.finished, s.b)));
+    } catch (const std::system_error& e) {
+        s.outcome = e.code();
+    }
+    s.took = std::chrono::steady_clock::now() - start;
+}
+
+task<void> vector_when_all(when_all_cancel_state& s) {
+    std::vector<task<int>> tasks;
+    tasks.push_back(sleep_hour_counted(s.finished, s.a));
+    tasks.push_back(sleep_hour_counted(s.finished, s.b));
+    try {
+        co_await spindle::when_all(std::move(tasks));
+    } catch (const std::system_error& e) {
+        s.outcome = e.code();
+    }
+}
+
+}  // namespace
+
+TEST_CASE("when_all: with_timeout cancels the children, waits for them and reports timed_out", "[structured][when_all]") {
+    loop l;
+    when_all_cancel_state s;
+    run_with_watchdog(l, timed_when_all(s), 5s);
+    CHECK(s.outcome == std::errc::timed_out);
+    CHECK(s.finished == 2);  // both children ran to their end before when_all returned
+    CHECK(s.a == std::errc::operation_canceled);
+    CHECK(s.b == std::errc::operation_canceled);
+    CHECK(s.took < 5s);
+    CHECK(l.task_count() == 0);  // no child outlived when_all
+}
+
+TEST_CASE("when_all: join_handle::cancel() of the awaiting task reaches the children", "[structured][when_all]") {
+    loop l;
+    when_all_cancel_state s;
+    auto h = l.spawn(vector_when_all(s));
+    for (int i = 0; i < 5; ++i) l.run_once(0ns);  // everyone parked
+    REQUIRE_FALSE(h.done());
+    h.cancel();
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (!h.done() && std::chrono::steady_clock::now() < give_up) l.run_once(10ms);
+    REQUIRE(h.done());
+    CHECK(s.outcome == std::errc::operation_canceled);
+    CHECK(s.finished == 2);
+    CHECK(s.a == std::errc::operation_canceled);
+    CHECK(s.b == std::errc::operation_canceled);
+    CHECK(l.task_count() == 0);
+}

@@ -2,8 +2,17 @@
 /// when_all: runs tasks concurrently on the current loop and waits for every
 /// one of them. If any fails, the first failure (in argument order) is rethrown
 /// once all have finished. Destroying the awaiting task aborts the children.
+///
+/// Cancelling the awaiting task (with_timeout around when_all, or
+/// join_handle::cancel) cancels every child (join_handle::cancel: the wait each
+/// is parked on completes with operation_canceled); when_all waits for them all
+/// to finish, then throws std::system_error(operation_canceled), which
+/// with_timeout reports as timed_out.
 
 #include <spindle/loop.hpp>
+#include <spindle/park.hpp>
+
+#include <system_error>
 
 #include <exception>
 #include <optional>
@@ -23,34 +32,60 @@ using non_void_t = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
 // Children keep their results in their own task headers, never in the parent's
 // frame: a child may outlive the parent (when it is the very task that aborted
 // it, it cannot be destroyed while it runs).
-class abort_children {
+class when_all_children {
 public:
-    explicit abort_children(std::size_t n) { m_children.reserve(n); }
-    abort_children(const abort_children&) = delete;
-    abort_children& operator=(const abort_children&) = delete;
+    explicit when_all_children(std::size_t n) { m_children.reserve(n); }
+    when_all_children(const when_all_children&) = delete;
+    when_all_children& operator=(const when_all_children&) = delete;
     void add(task_header* child) { m_children.push_back(child); }
-    ~abort_children() {
+    /// The awaiting task was cancelled (a deadline, join_handle::cancel): so
+    /// is every child; when_all still waits for them all.
+    void cancel_all() noexcept {
+        m_cancelled = true;
+        for (task_header* child : m_children) cancel_task(*child);
+    }
+    bool cancelled() const noexcept { return m_cancelled; }
+    ~when_all_children() {
         for (task_header* child : m_children)
             if (child->m_status == task_status::running && child != running_task(*child->m_loop)) abort_task(*child);
     }
 
 private:
     std::vector<task_header*> m_children;  // kept alive by the join handles declared before us
+    bool m_cancelled = false;
+};
+
+/// A join that passes a cancellation of the awaiting task on to every child
+/// of the when_all, then goes on waiting.
+template <class T>
+class when_all_join_wait : public join_wait<T> {
+public:
+    when_all_join_wait(spawned<T>* child, when_all_children& all) noexcept : join_wait<T>(child), m_all(&all) {}
+    static constexpr bool forwards_cancel = true;
+    void on_cancel() noexcept { m_all->cancel_all(); }
+
+private:
+    when_all_children* m_all;
 };
 
 template <class T>
-task<void> join_into(join_handle<T>& child, std::optional<non_void_t<T>>& slot, std::exception_ptr& first) {
+task<void> join_into(join_handle<T>& child, when_all_children& all, std::optional<non_void_t<T>>& slot, std::exception_ptr& first) {
     try {
+        auto* header = static_cast<spawned<T>*>(child.header_ptr());
         if constexpr (std::is_void_v<T>) {
-            co_await child;
+            co_await parked<when_all_join_wait<T>>(std::stop_token{}, header, all);
             slot.emplace();
         } else {
-            slot.emplace(co_await child);
+            slot.emplace(co_await parked<when_all_join_wait<T>>(std::stop_token{}, header, all));
         }
     } catch (...) {
         if (!first) first = std::current_exception();
     }
 }
+
+/// What a cancelled when_all throws once every child has finished (with_timeout
+/// makes it timed_out).
+[[noreturn]] inline void throw_when_all_cancelled() { throw std::system_error(cancelled_error(), "when_all cancelled"); }
 
 }  // namespace detail
 
@@ -59,16 +94,17 @@ template <class... T>
 task<std::tuple<detail::non_void_t<T>...>> when_all(task<T>... tasks) {
     loop& l = loop::current();
     std::tuple<join_handle<T>...> children{l.spawn(std::move(tasks), "when_all")...};
-    detail::abort_children guard(sizeof...(T));
+    detail::when_all_children guard(sizeof...(T));
     std::tuple<std::optional<detail::non_void_t<T>>...> slots;
     std::exception_ptr first;
     std::vector<task<void>> joins;
     joins.reserve(sizeof...(T));
     [&]<std::size_t... I>(std::index_sequence<I...>) {
         (guard.add(std::get<I>(children).header_ptr()), ...);
-        (joins.push_back(detail::join_into(std::get<I>(children), std::get<I>(slots), first)), ...);
+        (joins.push_back(detail::join_into(std::get<I>(children), guard, std::get<I>(slots), first)), ...);
     }(std::index_sequence_for<T...>{});
     for (auto& join : joins) co_await std::move(join);
+    if (guard.cancelled()) detail::throw_when_all_cancelled();
     if (first) std::rethrow_exception(first);
     co_return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return std::tuple<detail::non_void_t<T>...>(std::move(*std::get<I>(slots))...);
@@ -82,11 +118,12 @@ task<std::vector<detail::non_void_t<T>>> when_all(std::vector<task<T>> tasks) {
     std::vector<join_handle<T>> children;
     children.reserve(tasks.size());
     for (auto& t : tasks) children.push_back(l.spawn(std::move(t), "when_all"));
-    detail::abort_children guard(children.size());
+    detail::when_all_children guard(children.size());
     for (auto& child : children) guard.add(child.header_ptr());
     std::vector<std::optional<detail::non_void_t<T>>> slots(children.size());
     std::exception_ptr first;
-    for (std::size_t i = 0; i < children.size(); ++i) co_await detail::join_into(children[i], slots[i], first);
+    for (std::size_t i = 0; i < children.size(); ++i) co_await detail::join_into(children[i], guard, slots[i], first);
+    if (guard.cancelled()) detail::throw_when_all_cancelled();
     if (first) std::rethrow_exception(first);
     std::vector<detail::non_void_t<T>> out;
     out.reserve(slots.size());

@@ -156,7 +156,7 @@ task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
         (children.push_back(l.spawn(detail::race_entry<I>(std::move(tasks), shared), "when_any")), ...);
     }(std::index_sequence_for<T...>{});
-    detail::abort_children guard(children.size());
+    detail::when_all_children guard(children.size());
     for (auto& child : children) {
         guard.add(child.header_ptr());
         race.add_child(child.header_ptr());
@@ -180,7 +180,7 @@ task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>
     children.reserve(tasks.size());
     for (std::size_t i = 0; i < tasks.size(); ++i)
         children.push_back(l.spawn(detail::race_entry_at(std::move(tasks[i]), shared, i), "when_any"));
-    detail::abort_children guard(children.size());
+    detail::when_all_children guard(children.size());
     for (auto& child : children) {
         guard.add(child.header_ptr());
         race.add_child(child.header_ptr());
