@@ -356,6 +356,7 @@ void io_uring_backend::arm_wake() noexcept {
 }
 
 void io_uring_backend::flush() noexcept {
+    if (::io_uring_sq_ready(&m_ring) == 0) return;  // nothing queued: no syscall
     // Errors are not lost: the requests stay queued and the next poll() reports.
     [[maybe_unused]] const int r = ::io_uring_submit(&m_ring);
 }

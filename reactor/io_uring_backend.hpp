@@ -38,6 +38,7 @@ public:
     int poll(std::chrono::nanoseconds timeout) override;
     void wake() noexcept override;
     int native_handle() const noexcept override { return m_ring.ring_fd; }
+    void flush() noexcept override;
     backend_kind kind() const noexcept override { return backend_kind::io_uring; }
 
 private:
@@ -78,7 +79,7 @@ private:
     bool queue_request(std::uint32_t index) noexcept;
     bool queue_cancel(std::uint32_t index) noexcept;
     void arm_wake() noexcept;
-    void flush() noexcept;
+
     void collect() noexcept;
     void note(const ::io_uring_cqe& cqe) noexcept;
     void dispatch();

@@ -130,6 +130,15 @@ void kqueue_backend::add_filters_now(int fd, fd_state& st, std::uint32_t wanted)
     if (error) throw std::system_error(error, std::system_category(), "kevent(EV_ADD)");
 }
 
+void kqueue_backend::flush() noexcept {
+    if (m_changes.empty()) return;
+    try {
+        flush_changes();
+    } catch (...) {
+        // No memory to record a failure: the changes stay queued for poll().
+    }
+}
+
 // The queue is full (max_events fds had to wait for the first time in one
 // tick): send it now. Failures wait in m_failed for poll() to report.
 void kqueue_backend::flush_changes() {

@@ -30,6 +30,7 @@ public:
     /// The kqueue itself: readable while it holds events. libkqueue's
     /// descriptor never turns readable (a pipe's write end): -1 there.
     int native_handle() const noexcept override;
+    void flush() noexcept override;
     backend_kind kind() const noexcept override { return backend_kind::kqueue; }
 
 private:

@@ -293,7 +293,10 @@ void loop_core::stop() noexcept {
 bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
     current_scope scope(this);
     tick(max_wait);
-    // Back to a host that may now block on native_handle(): posters must wake it.
+    // Back to a host that may now block on native_handle(): what the tick
+    // queued after its poll (a timer callback's watcher, say) must reach the
+    // OS, and posters must wake it.
+    m_backend->flush();
     m_sleeping.store(true, std::memory_order_seq_cst);
     if (!m_posts.empty()) m_backend->wake();
     return has_work();

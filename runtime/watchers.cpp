@@ -20,6 +20,10 @@ void watcher_registry::start(watcher& w) {
     // A one-shot watch may be satisfied at once: it still calls back from the
     // loop, never from inside the constructor.
     if (ready_now) fired(w);
+    // Made outside this loop's tick, by a host that may sleep on
+    // native_handle() next: the watch must reach the OS before it does.
+    else if (current_core_or_null() != &m_core)
+        m_core.backend().flush();
 }
 
 void watcher_registry::stop(watcher& w) noexcept {

@@ -1646,3 +1646,60 @@ TEST_CASE("io: 3000 reads parked in one tick all complete", "[io][stress]") {
     CHECK(std::all_of(handles.begin(), handles.end(), [](const auto& h) { return h.done(); }));
     CHECK(drain_fd(p.a.get()) == 0u);
 }
+
+namespace {
+
+/// A watcher made by a timer callback, inside a tick but after its poll.
+struct late_watch {
+    loop* l = nullptr;
+    int fd = -1;
+    watch_ctx ctx;
+    std::unique_ptr<spindle::watcher> w;
+};
+
+void make_late_watch(void* p) {
+    auto& s = *static_cast<late_watch*>(p);
+    s.ctx.fd = s.fd;
+    s.w = std::make_unique<spindle::watcher>(*s.l, s.fd, spindle::readable, &on_watch, &s.ctx, spindle::watcher::mode::one_shot);
+}
+
+/// The host's side of embedding: sleep on the loop's descriptor.
+bool host_woken_within(const loop& l, std::chrono::milliseconds limit) {
+    ::pollfd pfd{l.native_handle(), POLLIN, 0};
+    return ::poll(&pfd, 1, static_cast<int>(limit.count())) == 1;
+}
+
+}  // namespace
+
+TEST_CASE("io: a one-shot watcher made outside a tick wakes a host sleeping on native_handle()", "[io][watcher][host]") {
+    loop l;
+    if (!spindle::test::has_native_handle(l)) return;
+    l.run_once(0ns);
+    owned_pair p(l, make_pipe());
+    REQUIRE(::write(p.b.get(), "x", 1) == 1);
+    watch_ctx ctx;
+    ctx.fd = p.a.get();
+    spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
+    // The watch reached the OS: the host wakes now, not at the end of its timeout.
+    CHECK(host_woken_within(l, 2000ms));
+    for (int i = 0; i < 3 && ctx.calls == 0; ++i) l.run_once(0ns);
+    CHECK(ctx.calls == 1);
+}
+
+TEST_CASE("io: a watcher made by a timer callback inside a tick wakes a host after run_once returns", "[io][watcher][host]") {
+    loop l;
+    if (!spindle::test::has_native_handle(l)) return;
+    owned_pair p(l, make_pipe());
+    REQUIRE(::write(p.b.get(), "x", 1) == 1);
+    late_watch s;
+    s.l = &l;
+    s.fd = p.a.get();
+    spindle::timer t(l);
+    t.start(0ms, &make_late_watch, &s);
+    const auto give_up = spindle::clock::now() + 5s;
+    while (!s.w && spindle::clock::now() < give_up) l.run_once(0ns);
+    REQUIRE(s.w);
+    CHECK(host_woken_within(l, 2000ms));
+    for (int i = 0; i < 3 && s.ctx.calls == 0; ++i) l.run_once(0ns);
+    CHECK(s.ctx.calls == 1);
+}

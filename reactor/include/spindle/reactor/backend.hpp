@@ -52,6 +52,11 @@ public:
     /// none (kqueue emulated on Linux by libkqueue).
     virtual int native_handle() const noexcept = 0;
 
+    /// Sends what waits for the next poll() (io_uring's queued requests,
+    /// kqueue's batched registrations) to the OS now, so that a host sleeping
+    /// on native_handle() is woken by it. Nothing to do for epoll.
+    virtual void flush() noexcept {}
+
     virtual backend_kind kind() const noexcept = 0;
 };
 
