@@ -573,3 +573,43 @@ TEST_CASE("an idle loop waiting 200 ms on a timer does not busy-wait", "[tick][c
     CHECK(wall >= 200ms);
     CHECK(cpu < 10.0);
 }
+
+TEST_CASE("embedding: a host that sleeps on native_handle() for time_to_next_deadline() misses nothing and never spins",
+          "[tick][host]") {
+    // The contract of loop.hpp, exactly as a host follows it: a due timer does
+    // not make the handle readable, so the host's timeout comes from
+    // time_to_next_deadline(); I/O and posts make the handle readable.
+    pipe_pair pipe;
+    spindle::loop l;
+    if (!spindle::test::has_native_handle(l)) return;
+    bool slept = false, read_done = false;
+    std::atomic<bool> posted_ran{false};
+    auto sleeper = l.spawn(sleep_then_flag(20ms, slept));
+    auto reader = l.spawn(read_one(pipe.r, read_done));
+    std::thread other([&] {
+        std::this_thread::sleep_for(40ms);
+        REQUIRE(::write(pipe.w, "x", 1) == 1);
+        std::this_thread::sleep_for(20ms);
+        l.post([&posted_ran] { posted_ran = true; });
+    });
+    int iterations = 0;
+    const auto start = spindle::clock::now();
+    while (spindle::clock::now() - start < 5s) {
+        l.run_once(0ns);
+        if (slept && read_done && posted_ran) break;
+        const std::optional<std::chrono::nanoseconds> wait = l.time_to_next_deadline();
+        // Round up: a timeout cut to whole milliseconds must not be early.
+        const int timeout_ms = wait ? static_cast<int>((wait->count() + 999'999) / 1'000'000) : 1000;
+        ::pollfd p{l.native_handle(), POLLIN, 0};
+        ::poll(&p, 1, timeout_ms);
+        ++iterations;
+    }
+    other.join();
+    CHECK(slept);
+    CHECK(read_done);
+    CHECK(posted_ran);
+    const auto took = spindle::clock::now() - start;
+    CHECK(took < 1s);  // nothing waited for a host timeout of its own
+    INFO("host iterations: " << iterations);
+    CHECK(iterations < 100);  // it slept between events instead of spinning
+}

@@ -106,11 +106,15 @@ public:
     template <class F>
     void post(F&& fn);
 
-    /// Readable when the loop has something to do: fold it into a host's poller.
-    /// -1 on a backend without such a descriptor (kqueue emulated by libkqueue).
+    /// A descriptor for a host's own poller: readable when I/O completes or
+    /// another thread posts. A due timer does NOT make it readable: a host
+    /// sleeps on it for at most time_to_next_deadline(), then calls run_once
+    /// (or poll()); that is the whole embedding contract. -1 on a backend
+    /// without such a descriptor (kqueue emulated by libkqueue).
     int native_handle() const noexcept;
     /// Zero when work is ready, the time to the nearest deadline, or nullopt
-    /// when only I/O (or nothing) can wake the loop.
+    /// when only I/O or a post (or nothing) can wake the loop: a host's timeout
+    /// for sleeping on native_handle(). Round it up, never down.
     std::optional<std::chrono::nanoseconds> time_to_next_deadline();
 
     bool has_work() const noexcept;
