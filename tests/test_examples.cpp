@@ -213,6 +213,15 @@ TEST_CASE("every example answers --help with its usage and status 0") {
     }
 }
 
+TEST_CASE("spindle-demo answers --help with its usage instead of running, and refuses other arguments") {
+    command_result r = run({program("SPINDLE_DEMO"), "--help"});
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("usage: spindle-demo") != std::string::npos);
+    CHECK(r.output.find("spindle-http on") == std::string::npos);  // no server was started
+    CHECK(run({program("SPINDLE_DEMO"), "--frobnicate"}).status == 2);
+}
+
 TEST_CASE("a bad argument is refused with status 2") {
     for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP", "SPINDLE_GAME"}) {
         CHECK(run({program(env), "--port", "70000"}).status == 2);

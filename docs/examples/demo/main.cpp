@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,7 +96,19 @@ task<int> drive(server http, server echo) {
 
 }  // namespace
 
-int main(int, char** argv) {
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        const bool help = arg == "--help" || arg == "-h";
+        std::fprintf(help ? stdout : stderr,
+                     "usage: spindle-demo\n"
+                     "Starts spindle-http and spindle-echo (built next to this program) on loopback, drives\n"
+                     "each for a few seconds with spindle's load generator (every response checked),\n"
+                     "prints requests per second and latency, and stops both with SIGTERM.\n"
+                     "SPINDLE_BACKEND=epoll|io_uring|kqueue chooses the backend of all three.\n");
+        if (!help) std::fprintf(stderr, "spindle-demo: unknown argument '%s'\n", argv[i]);
+        return help ? 0 : 2;
+    }
     // The servers are built next to this program.
     std::string dir = argv[0];
     dir = dir.substr(0, dir.rfind('/') + 1);
