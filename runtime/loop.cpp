@@ -130,31 +130,22 @@ void log_unobserved_failure(const task_header& task) noexcept {
     }
 }
 
-void log_post_failure() noexcept {
+void log_callback_failure(const char* what) noexcept {
     try {
         try {
             throw;
         } catch (const std::exception& e) {
-            logger()->error("posted callback failed: {}", e.what());
+            logger()->error("{} failed: {}", what, e.what());
         } catch (...) {
-            logger()->error("posted callback failed: unknown exception");
+            logger()->error("{} failed: unknown exception", what);
         }
     } catch (...) {
+        // Logging must never take the loop down.
     }
 }
 
-void log_timer_failure() noexcept {
-    try {
-        try {
-            throw;
-        } catch (const std::exception& e) {
-            logger()->error("timer callback failed: {}", e.what());
-        } catch (...) {
-            logger()->error("timer callback failed: unknown exception");
-        }
-    } catch (...) {
-    }
-}
+void log_post_failure() noexcept { log_callback_failure("posted callback"); }
+void log_timer_failure() noexcept { log_callback_failure("timer callback"); }
 
 void idle_wait::on_park() { core().add_idle_waiter(*this); }
 

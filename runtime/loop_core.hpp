@@ -115,6 +115,10 @@ private:
     std::unique_ptr<signal_service> m_signals;  // made on the first wait for a signal
 };
 
+/// Logs the exception in flight from a callback (a post, a timer, a watcher):
+/// "<what> failed: <reason>"; the loop goes on.
+void log_callback_failure(const char* what) noexcept;
+
 /// The loop running a tick on this thread, or null.
 loop_core* current_core_or_null() noexcept;
 

@@ -4,7 +4,6 @@
 #include "loop_core.hpp"
 
 #include <spindle/io.hpp>
-#include <spindle/log.hpp>
 
 namespace spindle {
 
@@ -49,10 +48,8 @@ void watcher_registry::dispatch() {
     while (watcher* w = m_fired.pop_front()) {
         try {
             w->m_callback(w->m_context);  // may stop or destroy any watcher
-        } catch (const std::exception& e) {
-            logger()->error("watcher callback failed: {}", e.what());
         } catch (...) {
-            logger()->error("watcher callback failed: unknown exception");
+            log_callback_failure("watcher callback");
         }
     }
 }
