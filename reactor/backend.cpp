@@ -12,10 +12,32 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <system_error>
 
 namespace spindle::reactor {
+
+void release_handed_over(const operation& op) noexcept {
+    if (op.result < 0) return;
+    if (op.code == op_code::accept) {
+        ::close(static_cast<int>(op.result));
+    } else if (op.code == op_code::recvmsg && op.args.msg) {
+        ::msghdr* msg = op.args.msg;
+        for (::cmsghdr* c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            const auto* fds = reinterpret_cast<const unsigned char*>(CMSG_DATA(c));
+            for (std::size_t i = 0; i < count; ++i) {
+                int fd;
+                std::memcpy(&fd, fds + i * sizeof(int), sizeof(int));
+                if (fd >= 0) ::close(fd);
+            }
+        }
+    }
+}
 
 std::string_view to_string(backend_kind kind) noexcept {
     switch (kind) {

@@ -218,6 +218,7 @@ std::uint32_t io_uring_backend::allocate_slot(operation& op) {
     s.state = slot_state::in_kernel;
     s.cancel_requested = false;
     s.awaiting_readiness = false;
+    s.closed = false;
     return index;
 }
 
@@ -227,6 +228,7 @@ void io_uring_backend::release_slot(std::uint32_t index) noexcept {
     s.state = slot_state::free;
     s.cancel_requested = false;
     s.awaiting_readiness = false;
+    s.closed = false;
     // A completion still travelling under the old generation will not match.
     s.generation = s.generation == max_generation ? 1 : s.generation + 1;
     s.next_free = m_free_head;
@@ -468,6 +470,7 @@ void io_uring_backend::close_fd(int fd) noexcept {
         while (op && m_slots[op->backend_slot].cancel_requested) op = op->next;
         if (!op) break;
         m_slots[op->backend_slot].cancel_requested = true;
+        m_slots[op->backend_slot].closed = true;
         queue_cancel(op->backend_slot);
     }
     // Completions already collected must not lead to a retry or a re-armed
@@ -476,7 +479,7 @@ void io_uring_backend::close_fd(int fd) noexcept {
         const auto index = static_cast<std::uint32_t>(c.user_data);
         if ((c.user_data >> 32) == 0 || index >= m_slots.size()) continue;
         slot& s = m_slots[index];
-        if (s.generation == (c.user_data >> 32) && s.op && s.op->fd == fd) s.cancel_requested = true;
+        if (s.generation == (c.user_data >> 32) && s.op && s.op->fd == fd) s.cancel_requested = s.closed = true;
     }
 }
 
@@ -633,6 +636,7 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
     if (s.awaiting_readiness) {
         // The readiness poll of an operation that hit EAGAIN came back.
         s.awaiting_readiness = false;
+    s.closed = false;
         if (cancelled) {
             finish(index, -ECANCELED);
             return;
@@ -663,9 +667,17 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
 
 void io_uring_backend::finish(std::uint32_t index, std::int64_t result) {
     operation& op = *m_slots[index].op;
+    const bool closed = m_slots[index].closed;
     // Free the slot first: complete() may start another operation at once.
     release_slot(index);
     op.result = result;
+    if (closed && result != -ECANCELED) {
+        // Its descriptor was closed while the kernel finished it: as on every
+        // backend, it completes with -ECANCELED, and what it handed over (an
+        // accepted descriptor) is closed rather than lost.
+        release_handed_over(op);
+        op.result = -ECANCELED;
+    }
     op.state = op_state::done;
     ++m_completed;
     op.complete(op);

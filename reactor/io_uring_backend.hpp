@@ -58,6 +58,9 @@ private:
         // A cancel request went out for the current request (cancel(), forget()
         // or close_fd()): nothing is retried or re-armed any more.
         bool cancel_requested = false;
+        // close_fd() was called on its descriptor: it completes with
+        // -ECANCELED even if the kernel finished it first.
+        bool closed = false;
         // The operation hit EAGAIN; the request in the kernel is a one-shot poll
         // for its direction, after which the operation is sent again.
         bool awaiting_readiness = false;

@@ -91,25 +91,8 @@ bool io_op::pending() const noexcept { return io_access::op(*this).pending(); }
 std::int64_t io_op::result() const noexcept { return io_access::op(*this).result; }
 
 void io_wait::on_discard() noexcept {
-    // Only a completion that handed something over matters here.
-    if (cancelled() || result() < 0) return;
-    const reactor::operation& op = io_access::op(*this);
-    if (op.code == reactor::op_code::accept) {
-        ::close(static_cast<int>(result()));
-    } else if (op.code == reactor::op_code::recvmsg && op.args.msg) {
-        // Descriptors passed with SCM_RIGHTS arrived in the control buffer.
-        ::msghdr* msg = op.args.msg;
-        for (::cmsghdr* c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-            const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            const auto* fds = reinterpret_cast<const unsigned char*>(CMSG_DATA(c));
-            for (std::size_t i = 0; i < count; ++i) {
-                int fd;
-                std::memcpy(&fd, fds + i * sizeof(int), sizeof(int));
-                if (fd >= 0) ::close(fd);
-            }
-        }
-    }
+    // An accepted descriptor, descriptors received with SCM_RIGHTS.
+    if (!cancelled()) reactor::release_handed_over(io_access::op(*this));
 }
 
 void io_wait::describe(std::string& out) const {

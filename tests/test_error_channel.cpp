@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+#include <thread>
 
 using namespace std::chrono_literals;
 using spindle::loop;
@@ -305,4 +306,73 @@ TEST_CASE("result<T> and channel<T> work for a T without a default constructor",
     CHECK_THROWS_AS(result<int>(std::error_code{}), std::logic_error);
     loop l;
     CHECK(run_with_watchdog(l, pass_no_default()) == 42);
+}
+
+namespace {
+
+task<void> read_into_error(int fd, std::error_code& error, bool& done) {
+    std::array<std::byte, 8> buf{};
+    result<std::size_t> r = co_await spindle::read(fd, buf);
+    error = r ? std::error_code{} : r.error();
+    done = true;
+}
+
+task<void> accept_into_error(int lfd, std::error_code& error, bool& done) {
+    result<int> r = co_await spindle::accept(lfd);
+    if (r) ::close(*r);
+    error = r ? std::error_code{} : r.error();
+    done = true;
+}
+
+void run_until_flag(loop& l, const bool& flag) {
+    const auto give_up = spindle::clock::now() + 5s;
+    while (!flag && spindle::clock::now() < give_up) l.run_once(10ms);
+}
+
+}  // namespace
+
+TEST_CASE("close_fd: a pending read completes with operation_canceled even if its data arrived first",
+          "[io][errors][close]") {
+    loop l;
+    fd_pair sp = make_socketpair();
+    std::error_code error;
+    bool done = false;
+    auto h = l.spawn(read_into_error(sp.a, error, done));
+    for (int i = 0; i < 3; ++i) l.run_once(0ns);  // parked in the read
+    REQUIRE_FALSE(done);
+    REQUIRE(::write(sp.b, "x", 1) == 1);
+    // Time for a completion-based backend to finish the read in the kernel.
+    std::this_thread::sleep_for(10ms);
+    l.close_fd(sp.a);
+    run_until_flag(l, done);
+    REQUIRE(done);
+    CHECK(error == std::errc::operation_canceled);
+    ::close(sp.b);
+}
+
+TEST_CASE("close_fd: a pending accept completes with operation_canceled and its connection is closed",
+          "[io][errors][close]") {
+    ::sockaddr_in addr{};
+    loop l;
+    const int lfd = tcp_listener(addr);
+    std::error_code error;
+    bool done = false;
+    auto h = l.spawn(accept_into_error(lfd, error, done));
+    for (int i = 0; i < 3; ++i) l.run_once(0ns);  // parked in the accept
+    REQUIRE_FALSE(done);
+    const int client = connect_client(addr);
+    std::this_thread::sleep_for(10ms);
+    l.close_fd(lfd);
+    run_until_flag(l, done);
+    REQUIRE(done);
+    CHECK(error == std::errc::operation_canceled);
+    // Accepted in the kernel or not, nobody holds the connection: end of stream
+    // (or a reset, if the listener's close dropped it from the backlog).
+    ::pollfd p{client, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 2000) == 1);  // not a timeout: the client saw the close
+    char c;
+    const ssize_t n = ::recv(client, &c, 1, MSG_DONTWAIT);
+    const int err = errno;
+    CHECK((n == 0 || (n < 0 && err == ECONNRESET)));
+    ::close(client);
 }

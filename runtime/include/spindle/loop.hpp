@@ -139,8 +139,10 @@ public:
     /// (see wait_signal). Signals are caught until the loop is destroyed.
     void catch_signal(int signo);
 
-    /// Completes every pending operation on `fd` with operation_canceled, then
-    /// closes it. Use it (or unique_fd) for descriptors the loop has seen.
+    /// Completes every pending operation on `fd` with operation_canceled (on
+    /// every backend, even one the kernel had finished: an accepted connection
+    /// is then closed), then closes it. Use it (or unique_fd) for descriptors
+    /// the loop has seen.
     void close_fd(int fd) noexcept;
 
     /// Keeps run() going while held, for loops fed by other threads.

@@ -67,4 +67,9 @@ struct operation {
     bool pending() const noexcept { return state == op_state::pending; }
 };
 
+/// Closes what a successful completion of `op` handed over (an accepted
+/// descriptor in op.result; descriptors received with SCM_RIGHTS in a
+/// recvmsg's control buffer): for a completion nobody will see.
+void release_handed_over(const operation& op) noexcept;
+
 }  // namespace spindle::reactor
