@@ -13,9 +13,7 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <sys/socket.h>
 #include <system_error>
-#include <unistd.h>
 
 namespace spindle::detail {
 

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -110,35 +111,38 @@ task<void> accept_once(int lfd, bool& resumed) {
     if (fd) ::close(*fd);
 }
 
-task<void> receive_fds(int fd, bool& resumed) {
-    std::array<std::byte, 8> data;
-    ::iovec iov{data.data(), data.size()};
+/// One byte and room for one descriptor passed with SCM_RIGHTS.
+struct fd_message {
+    std::array<std::byte, 8> data{};
+    ::iovec iov{};
     alignas(::cmsghdr) std::array<unsigned char, CMSG_SPACE(sizeof(int))> control{};
     ::msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    result<std::size_t> n = co_await spindle::recvmsg(fd, msg, MSG_CMSG_CLOEXEC);
+    explicit fd_message(std::size_t data_size) {
+        iov = {data.data(), data_size};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.data();
+        msg.msg_controllen = control.size();
+    }
+    fd_message(const fd_message&) = delete;
+    fd_message& operator=(const fd_message&) = delete;
+};
+
+task<void> receive_fds(int fd, bool& resumed) {
+    fd_message m(8);
+    result<std::size_t> n = co_await spindle::recvmsg(fd, m.msg, MSG_CMSG_CLOEXEC);
     resumed = true;
     (void)n;
 }
 
 void send_fd(int sock, int fd_to_pass) {
-    char byte = 'x';
-    ::iovec iov{&byte, 1};
-    alignas(::cmsghdr) std::array<unsigned char, CMSG_SPACE(sizeof(int))> control{};
-    ::msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    ::cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    fd_message m(1);
+    ::cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd_to_pass, sizeof(int));
-    REQUIRE(::sendmsg(sock, &msg, MSG_NOSIGNAL) == 1);
+    REQUIRE(::sendmsg(sock, &m.msg, MSG_NOSIGNAL) == 1);
 }
 
 struct no_default {
@@ -226,6 +230,11 @@ TEST_CASE("error channel: a request the ring cannot queue completes with its err
     // Time does not need the ring: a sleep still completes.
     std::error_code slept = run_with_watchdog(l, []() -> task<std::error_code> { co_return co_await spindle::sleep_for(1ms); }());
     CHECK_FALSE(slept);
+    // A signal wait whose source cannot be watched reports that as its error too.
+    outcome sig = run_with_watchdog(l, outcome_of([] { return spindle::wait_signal(SIGUSR2); }));
+    CHECK_FALSE(sig.threw);
+    CAPTURE(sig.what);
+    CHECK(sig.error == std::errc::device_or_resource_busy);
     ::close(lfd);
     ::close(p.a);
     ::close(p.b);
