@@ -11,6 +11,7 @@
 #include <string>
 #include <sys/eventfd.h>
 #include <system_error>
+#include <thread>
 #include <unistd.h>
 #include <utility>
 
@@ -51,13 +52,20 @@ constexpr unsigned small_cq_entries = 512;
 // generation 0 marks the backend's own requests; they never reach 0xffffffff
 // either, which liburing uses for its internal timeouts on old kernels.
 constexpr std::uint64_t cancel_data = 1;  // acknowledgements of cancel requests: ignored
+// The wake-up poll; re-armed under the other value when another thread takes
+// the loop over, so the old request's last completion is told apart.
 constexpr std::uint64_t wake_data = 2;
+constexpr std::uint64_t wake_data_alt = 3;
 constexpr std::uint32_t max_generation = 0x7fffffff;
 constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 
 // read(2) and write(2) never move more than this in one call (MAX_RW_COUNT);
 // a request's length is 32 bits, so larger spans are cut the same way.
 constexpr std::size_t max_rw = 0x7ffff000;
+
+std::uint32_t next_generation(std::uint32_t generation) noexcept {
+    return generation == max_generation ? 1 : generation + 1;
+}
 
 unsigned poll_mask(std::uint32_t events) noexcept {
     unsigned mask = 0;
@@ -109,7 +117,7 @@ std::string setup_failure(int err) {
 
 }  // namespace
 
-io_uring_backend::io_uring_backend() : m_free_head(no_slot) {
+io_uring_backend::io_uring_backend() : m_wake_data(wake_data), m_free_head(no_slot) {
     const fault injected = fault_injected();
     m_fail_submit = injected == fault::submit;
     if (injected == fault::setup)
@@ -148,11 +156,14 @@ void io_uring_backend::setup_ring() {
     // work waits, so a zero-timeout poll() enters only then (5.19).
     // SUBMIT_ALL: one bad request does not hold back the rest of a batch (5.18).
     //
+    // A request's completion is task work of the thread that made it, run
+    // when that thread next enters the kernel: whatever the loop waits on must
+    // be made by the thread that runs it (adopt_calling_thread).
+    //
     // Not used: SINGLE_ISSUER with DEFER_TASKRUN (6.1). It ties the ring to the
     // thread that created it: an io_uring_enter from any other thread fails
-    // with EEXIST, yet a loop may be built and destroyed on one thread and run
-    // on another (loop_thread does so), and its forget() must then still wait
-    // for the kernel. DEFER_TASKRUN also leaves a poller of the ring's
+    // with EEXIST, yet an application may build a loop on one thread and run
+    // it on another. DEFER_TASKRUN also leaves a poller of the ring's
     // descriptor asleep until the owner enters the kernel, which breaks
     // native_handle() for hosts that fold the loop into their own poller.
     constexpr unsigned base = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
@@ -230,7 +241,7 @@ void io_uring_backend::release_slot(std::uint32_t index) noexcept {
     s.awaiting_readiness = false;
     s.closed = false;
     // A completion still travelling under the old generation will not match.
-    s.generation = s.generation == max_generation ? 1 : s.generation + 1;
+    s.generation = next_generation(s.generation);
     s.next_free = m_free_head;
     m_free_head = index;
 }
@@ -323,6 +334,7 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
         }
     }
     ::io_uring_sqe_set_data64(sqe, user_data_of(index));
+    s.issuer_epoch = m_issuer_epoch;
     s.sq_position = m_ring.sq.sqe_tail - 1;  // io_uring_get_sqe just advanced the tail past it
     s.state = slot_state::in_kernel;
     link_fd(op);
@@ -330,11 +342,15 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
 }
 
 bool io_uring_backend::queue_cancel(std::uint32_t index) noexcept {
-    ::io_uring_sqe* sqe = get_sqe();
-    if (!sqe) return false;
     // Keyed by user_data, generation included: it cannot hit a later
     // operation that reuses the slot, whenever the kernel gets to it.
-    ::io_uring_prep_cancel64(sqe, user_data_of(index), 0);
+    return queue_cancel_of(user_data_of(index));
+}
+
+bool io_uring_backend::queue_cancel_of(std::uint64_t target) noexcept {
+    ::io_uring_sqe* sqe = get_sqe();
+    if (!sqe) return false;
+    ::io_uring_prep_cancel64(sqe, target, 0);
     ::io_uring_sqe_set_data64(sqe, cancel_data);
     // Only failures (ENOENT: already done; EALREADY: running) would post a
     // completion; they are ignored, the target's own completion is what counts.
@@ -353,8 +369,40 @@ void io_uring_backend::arm_wake() noexcept {
         ::io_uring_prep_poll_multishot(sqe, m_wake_fd, POLLIN);
     else
         ::io_uring_prep_poll_add(sqe, m_wake_fd, POLLIN);
-    ::io_uring_sqe_set_data64(sqe, wake_data);
+    ::io_uring_sqe_set_data64(sqe, m_wake_data);
     m_wake_armed = true;
+}
+
+void io_uring_backend::adopt_calling_thread() noexcept {
+    // io_uring completes a request through task work of the thread that made
+    // it, and under COOP_TASKRUN that work waits until the thread next enters
+    // the kernel. Requests made on a thread that does not run the loop (it
+    // was built there, or run there before) would complete only when that
+    // thread makes a syscall: perhaps milliseconds later, perhaps never. Make
+    // again from here, at once, what only waits for readiness: the wake-up
+    // and the polls. They write nothing into memory of ours, so the old
+    // requests are left to their cancels, their completions ignored (another
+    // user_data). Requests that move data finish where they were made.
+    m_issuer = std::this_thread::get_id();
+    ++m_issuer_epoch;
+    if (m_wake_armed) {
+        queue_cancel_of(m_wake_data);
+        m_wake_data = m_wake_data == wake_data ? wake_data_alt : wake_data;
+        arm_wake();
+    }
+    for (std::uint32_t index = 0; index < m_slots.size(); ++index) {
+        slot& s = m_slots[index];
+        if (s.state != slot_state::in_kernel || !s.op || s.cancel_requested) continue;
+        if (s.op->code != op_code::poll && !s.awaiting_readiness) continue;
+        queue_cancel(index);
+        unlink_fd(*s.op);
+        s.generation = next_generation(s.generation);
+        if (!queue_request(index)) {
+            // The ring refuses requests: the next dispatch reports it.
+            s.state = slot_state::collected;
+            m_collected.push_back({user_data_of(index), -EIO, 0});
+        }
+    }
 }
 
 void io_uring_backend::flush() noexcept {
@@ -485,6 +533,8 @@ void io_uring_backend::close_fd(int fd) noexcept {
 
 int io_uring_backend::poll(std::chrono::nanoseconds timeout) {
     m_completed = 0;
+    if (std::this_thread::get_id() != m_issuer) [[unlikely]]
+        adopt_calling_thread();
     if (!m_collected.empty() || ::io_uring_cq_ready(&m_ring) > 0) timeout = std::chrono::nanoseconds::zero();
     if (timeout == std::chrono::nanoseconds::zero()) {
         // Enter only to send requests or to run completions the kernel holds
@@ -554,7 +604,7 @@ void io_uring_backend::note(const ::io_uring_cqe& cqe) noexcept {
     const auto index = static_cast<std::uint32_t>(data);
     const auto generation = static_cast<std::uint32_t>(data >> 32);
     if (generation == 0) {
-        if (data == wake_data && !(cqe.flags & IORING_CQE_F_MORE)) {
+        if (data == m_wake_data && !(cqe.flags & IORING_CQE_F_MORE)) {
             m_wake_armed = false;
             if (cqe.res == -EINVAL) m_multishot = false;  // a kernel before 5.13
         }
@@ -604,6 +654,15 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
     operation& op = *s.op;
     const bool cancelled = s.cancel_requested;
 
+    if (res == -ECANCELED && !cancelled && s.issuer_epoch != m_issuer_epoch && op.code != op_code::connect) {
+        // The kernel cancelled it, not we: it was made by a thread that no
+        // longer runs the loop (adopt_calling_thread), or that thread exited.
+        // Nothing was done; make it again from this thread. Not a connect,
+        // which may have left the socket connecting.
+        if (!queue_request(index)) finish(index, -EIO);
+        return;
+    }
+
     if (op.code == op_code::poll) {
         if (op.persistent && !cancelled) {
             if (res == -EINVAL && m_multishot) {
@@ -626,8 +685,9 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
                 op.complete(op);
                 return;
             }
-            // Errors end it, -ECANCELED included: without a cancel of ours it
-            // means the ring or the thread that armed it is going away.
+            // Errors end it, -ECANCELED included: without a cancel of ours
+            // (and from this thread's own request) it means the ring is going
+            // away.
         }
         finish(index, res >= 0 ? poll_result(op, res) : res);
         return;
@@ -636,7 +696,6 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
     if (s.awaiting_readiness) {
         // The readiness poll of an operation that hit EAGAIN came back.
         s.awaiting_readiness = false;
-    s.closed = false;
         if (cancelled) {
             finish(index, -ECANCELED);
             return;

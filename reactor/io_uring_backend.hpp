@@ -17,6 +17,7 @@
 #include <liburing.h>
 
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace spindle::reactor {
@@ -64,6 +65,8 @@ private:
         // The operation hit EAGAIN; the request in the kernel is a one-shot poll
         // for its direction, after which the operation is sent again.
         bool awaiting_readiness = false;
+        // m_issuer_epoch when the request was made.
+        std::uint32_t issuer_epoch = 0;
     };
     // A completion copied out of the ring, so the ring's slot can be reused at
     // once and dispatching can be deferred.
@@ -81,7 +84,9 @@ private:
     ::io_uring_sqe* get_sqe() noexcept;
     bool queue_request(std::uint32_t index) noexcept;
     bool queue_cancel(std::uint32_t index) noexcept;
+    bool queue_cancel_of(std::uint64_t target) noexcept;
     void arm_wake() noexcept;
+    void adopt_calling_thread() noexcept;
 
     void collect() noexcept;
     void note(const ::io_uring_cqe& cqe) noexcept;
@@ -95,6 +100,11 @@ private:
     ::io_uring m_ring{};
     int m_wake_fd = -1;
     bool m_wake_armed = false;
+    std::uint64_t m_wake_data;  // user_data of the wake-up poll
+    // The thread whose requests complete promptly: the last to run poll().
+    // The epoch counts changes of it.
+    std::thread::id m_issuer = std::this_thread::get_id();
+    std::uint32_t m_issuer_epoch = 0;
     bool m_fail_submit = false;  // SPINDLE_IO_URING_FAIL=submit (tests)
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)

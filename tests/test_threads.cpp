@@ -7,11 +7,13 @@
 #include "support.hpp"
 
 #include <poll.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <ctime>
 #include <condition_variable>
 #include <cstdint>
 #include <fstream>
@@ -42,6 +44,36 @@ char thread_state(pid_t tid) {
 }
 
 bool thread_exists(pid_t tid) { return thread_state(tid) != 0; }
+
+/// Holds the calling thread in a wait that work the kernel queues for it does
+/// not end: vfork()'s wait for its child, which sleeps for `d`. A thread that
+/// computes without making a syscall is held the same way, for a scheduler
+/// tick at a time; this makes it last. (Under ThreadSanitizer vfork() is a
+/// fork(): nothing is held, and the tests below prove nothing there.)
+void hold_in_kernel(std::chrono::milliseconds d) {
+    const pid_t child = ::vfork();
+    if (child == 0) {
+        const ::timespec ts{static_cast<time_t>(d.count() / 1000), static_cast<long>(d.count() % 1000) * 1'000'000};
+        ::syscall(SYS_nanosleep, &ts, nullptr);
+        ::_exit(0);
+    }
+    int status = 0;
+    if (child > 0) ::waitpid(child, &status, 0);
+}
+
+double ms_since(spindle::clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(spindle::clock::now() - t).count();
+}
+
+/// The time from post() on this thread until the callback runs on the loop.
+double post_round_trip_ms(loop& l) {
+    std::promise<void> ran;
+    auto done = ran.get_future();
+    const auto posted = spindle::clock::now();
+    l.post([&ran] { ran.set_value(); });
+    if (done.wait_for(30s) != std::future_status::ready) return 30'000;
+    return ms_since(posted);
+}
 
 /// If the loop is still running after `limit`, stops it (again and again), so
 /// a lost wake-up fails the test instead of hanging the suite.
@@ -419,6 +451,100 @@ TEST_CASE("threads: a loop_thread destroyed with parked tasks destroys their fra
     CHECK(woke.load() == 0);                       // ... without running on
     // Promptly: nowhere near the hour the tasks were sleeping for.
     CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(took).count() < 30'000);
+}
+
+// io_uring runs a request's completion as task work of the thread that made
+// the request; under COOP_TASKRUN that waits until the thread enters the
+// kernel. Whatever a loop waits on must be made by the thread that runs it.
+
+TEST_CASE("threads: posts reach a loop_thread at once while the thread that made it is held", "[threads][loop_thread]") {
+    spindle::loop_thread lt;
+    double latency = 0;
+    std::thread poster([&] {
+        std::this_thread::sleep_for(300ms);  // the constructing thread is held by then
+        latency = post_round_trip_ms(lt.get());
+    });
+    hold_in_kernel(2000ms);
+    poster.join();
+    INFO("post round trip " << latency << " ms while the constructing thread was held for 2000 ms");
+    CHECK(latency < 1000);
+}
+
+TEST_CASE("threads: a loop built on one thread and run on another serves posts and watchers at once", "[threads]") {
+    spindle::test::socket_pair pair;  // outlives the loop
+    std::unique_ptr<loop> l;
+    std::atomic<long> fired{0};
+    std::unique_ptr<spindle::watcher> w;
+    std::promise<void> built;
+    std::thread builder([&] {
+        l = std::make_unique<loop>();
+        // Made outside any tick: its poll request is this thread's.
+        w = std::make_unique<spindle::watcher>(
+            *l, pair.a, spindle::readable,
+            [](void* context) { static_cast<std::atomic<long>*>(context)->fetch_add(1); }, &fired);
+        built.set_value();
+        hold_in_kernel(2000ms);
+    });
+    built.get_future().wait();
+    std::optional<loop::hold> hold(std::in_place, *l);
+    std::thread runner([&] { l->run(); });
+
+    std::this_thread::sleep_for(300ms);
+    const double post_ms = post_round_trip_ms(*l);
+    const auto written = spindle::clock::now();
+    REQUIRE(::send(pair.b, "x", 1, MSG_NOSIGNAL) == 1);
+    for (int i = 0; i < 30'000 && fired.load() == 0; ++i) std::this_thread::sleep_for(100us);
+    const double watcher_ms = ms_since(written);
+
+    std::promise<void> released;
+    l->post([&] {
+        w.reset();
+        hold.reset();
+        released.set_value();
+    });
+    released.get_future().wait();
+    runner.join();
+    builder.join();
+    INFO("post " << post_ms << " ms, watcher " << watcher_ms << " ms while the building thread was held for 2000 ms");
+    CHECK(post_ms < 1000);
+    CHECK(fired.load() >= 1);
+    CHECK(watcher_ms < 1000);
+}
+
+TEST_CASE("threads: a loop outlives the thread that built and ran it; its waits carry on", "[threads]") {
+    // The kernel cancels an exiting thread's requests: what the loop waits on
+    // must be made again, not reported as cancelled.
+    spindle::test::socket_pair watched;
+    spindle::test::socket_pair read_from;
+    std::unique_ptr<loop> l;
+    std::atomic<long> fired{0};
+    std::unique_ptr<spindle::watcher> w;
+    long received = 0;  // the recv's result; touched by whichever thread runs the loop
+    std::optional<spindle::join_handle<void>> reader;
+    std::thread builder([&] {
+        l = std::make_unique<loop>();
+        w = std::make_unique<spindle::watcher>(
+            *l, watched.a, spindle::readable,
+            [](void* context) { static_cast<std::atomic<long>*>(context)->fetch_add(1); }, &fired);
+        reader.emplace(l->spawn([](int fd, long& out) -> task<void> {
+            std::array<std::byte, 8> buf{};
+            auto got = co_await spindle::recv(fd, buf);
+            out = got ? static_cast<long>(*got) : -static_cast<long>(got.error().value());
+        }(read_from.a, received)));
+        spindle::test::settle(*l);  // the recv is in the kernel, made by this thread
+    });
+    builder.join();
+    spindle::test::settle(*l);
+
+    REQUIRE(::send(watched.b, "x", 1, MSG_NOSIGNAL) == 1);
+    REQUIRE(::send(read_from.b, "abc", 3, MSG_NOSIGNAL) == 3);
+    CHECK(spindle::test::run_until(*l, [&] { return fired.load() >= 1 && reader->done(); }));
+    CHECK(fired.load() >= 1);
+    CHECK(w->active());
+    REQUIRE(reader->done());
+    CHECK(received == 3);  // not -ECANCELED
+    w.reset();
+    reader.reset();
 }
 
 TEST_CASE("threads: a loop returns from run() and is destroyed while another thread releases its last hold", "[threads][hold]") {
