@@ -1026,3 +1026,54 @@ TEST_CASE("when_all: join_handle::cancel() of the awaiting task reaches the chil
     CHECK(s.b == std::errc::operation_canceled);
     CHECK(l.task_count() == 0);
 }
+
+namespace {
+
+task<int&> ref_after(std::chrono::nanoseconds d, int& target) {
+    co_await spindle::sleep_for(d);
+    co_return target;
+}
+
+}  // namespace
+
+TEST_CASE("when_all and when_any of task<T&>: references arrive as std::reference_wrapper to the very object",
+          "[structured][when_all][when_any]") {
+    loop l;
+    int a = 1;
+    int b = 2;
+    auto all = [&]() -> task<bool> {
+        auto [ra, rb, v] = co_await spindle::when_all(ref_after(2ms, a), ref_after(1ms, b), value_now(3));
+        static_assert(std::is_same_v<decltype(ra), std::reference_wrapper<int>>);
+        ra.get() = 10;  // writes through to `a`
+        co_return &ra.get() == &a && &rb.get() == &b && v == 3;
+    };
+    CHECK(run_with_watchdog(l, all()));
+    CHECK(a == 10);
+
+    auto all_vector = [&]() -> task<bool> {
+        std::vector<task<int&>> v;
+        v.push_back(ref_after(1ms, b));
+        v.push_back(ref_after(0ms, a));
+        auto refs = co_await spindle::when_all(std::move(v));
+        static_assert(std::is_same_v<decltype(refs), std::vector<std::reference_wrapper<int>>>);
+        co_return refs.size() == 2 && &refs[0].get() == &b && &refs[1].get() == &a;
+    };
+    CHECK(run_with_watchdog(l, all_vector()));
+
+    auto any = [&]() -> task<bool> {
+        auto r = co_await when_any(ref_after(1h, a), ref_after(1ms, b));
+        static_assert(std::is_same_v<decltype(r), std::variant<std::reference_wrapper<int>, std::reference_wrapper<int>>>);
+        co_return r.index() == 1 && &std::get<1>(r).get() == &b;
+    };
+    CHECK(run_with_watchdog(l, any()));
+
+    auto any_vector = [&]() -> task<bool> {
+        std::vector<task<int&>> v;
+        v.push_back(ref_after(1h, a));
+        v.push_back(ref_after(1ms, b));
+        auto [index, ref] = co_await when_any(std::move(v));
+        co_return index == 1 && &ref.get() == &b;
+    };
+    CHECK(run_with_watchdog(l, any_vector()));
+    CHECK(l.task_count() == 0);
+}

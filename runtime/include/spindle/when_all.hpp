@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include <exception>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -26,8 +27,12 @@ namespace spindle {
 
 namespace detail {
 
+/// What when_all and when_any hold and return for a task<T>: std::monostate
+/// for void, std::reference_wrapper<U> for a reference U& (neither a variant
+/// nor a vector nor an optional can hold a reference), T itself otherwise.
 template <class T>
-using non_void_t = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+using joined_t = std::conditional_t<std::is_void_v<T>, std::monostate,
+                                    std::conditional_t<std::is_reference_v<T>, std::reference_wrapper<std::remove_reference_t<T>>, T>>;
 
 // Children keep their results in their own task headers, never in the parent's
 // frame: a child may outlive the parent (when it is the very task that aborted
@@ -69,7 +74,7 @@ private:
 };
 
 template <class T>
-task<void> join_into(join_handle<T>& child, when_all_children& all, std::optional<non_void_t<T>>& slot, std::exception_ptr& first) {
+task<void> join_into(join_handle<T>& child, when_all_children& all, std::optional<joined_t<T>>& slot, std::exception_ptr& first) {
     try {
         auto* header = static_cast<spawned<T>*>(child.header_ptr());
         if constexpr (std::is_void_v<T>) {
@@ -89,13 +94,14 @@ task<void> join_into(join_handle<T>& child, when_all_children& all, std::optiona
 
 }  // namespace detail
 
-/// Results in argument order; a task<void> gives std::monostate.
+/// Results in argument order; a task<void> gives std::monostate, a task<U&> a
+/// std::reference_wrapper<U>.
 template <class... T>
-task<std::tuple<detail::non_void_t<T>...>> when_all(task<T>... tasks) {
+task<std::tuple<detail::joined_t<T>...>> when_all(task<T>... tasks) {
     loop& l = loop::current();
     std::tuple<join_handle<T>...> children{l.spawn(std::move(tasks), "when_all")...};
     detail::when_all_children guard(sizeof...(T));
-    std::tuple<std::optional<detail::non_void_t<T>>...> slots;
+    std::tuple<std::optional<detail::joined_t<T>>...> slots;
     std::exception_ptr first;
     std::vector<task<void>> joins;
     joins.reserve(sizeof...(T));
@@ -107,25 +113,25 @@ task<std::tuple<detail::non_void_t<T>...>> when_all(task<T>... tasks) {
     if (guard.cancelled()) detail::throw_when_all_cancelled();
     if (first) std::rethrow_exception(first);
     co_return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::tuple<detail::non_void_t<T>...>(std::move(*std::get<I>(slots))...);
+        return std::tuple<detail::joined_t<T>...>(std::move(*std::get<I>(slots))...);
     }(std::index_sequence_for<T...>{});
 }
 
 /// Results in the vector's order.
 template <class T>
-task<std::vector<detail::non_void_t<T>>> when_all(std::vector<task<T>> tasks) {
+task<std::vector<detail::joined_t<T>>> when_all(std::vector<task<T>> tasks) {
     loop& l = loop::current();
     std::vector<join_handle<T>> children;
     children.reserve(tasks.size());
     for (auto& t : tasks) children.push_back(l.spawn(std::move(t), "when_all"));
     detail::when_all_children guard(children.size());
     for (auto& child : children) guard.add(child.header_ptr());
-    std::vector<std::optional<detail::non_void_t<T>>> slots(children.size());
+    std::vector<std::optional<detail::joined_t<T>>> slots(children.size());
     std::exception_ptr first;
     for (std::size_t i = 0; i < children.size(); ++i) co_await detail::join_into(children[i], guard, slots[i], first);
     if (guard.cancelled()) detail::throw_when_all_cancelled();
     if (first) std::rethrow_exception(first);
-    std::vector<detail::non_void_t<T>> out;
+    std::vector<detail::joined_t<T>> out;
     out.reserve(slots.size());
     for (auto& s : slots) out.push_back(std::move(*s));
     co_return out;

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -115,6 +116,9 @@ task<void> race_entry(task<T> t, std::shared_ptr<race<R>> shared) {
         if constexpr (std::is_void_v<T>) {
             co_await std::move(t);
             if (!r.decided()) r.template win<I>(std::monostate{});
+        } else if constexpr (std::is_reference_v<T>) {
+            T value = co_await std::move(t);
+            if (!r.decided()) r.template win<I>(std::ref(value));
         } else {
             T value = co_await std::move(t);
             if (!r.decided()) r.template win<I>(std::move(value));
@@ -131,6 +135,9 @@ task<void> race_entry_at(task<T> t, std::shared_ptr<race<R>> shared, std::size_t
         if constexpr (std::is_void_v<T>) {
             co_await std::move(t);
             if (!r.decided()) r.win_at(index, std::monostate{});
+        } else if constexpr (std::is_reference_v<T>) {
+            T value = co_await std::move(t);
+            if (!r.decided()) r.win_at(index, std::ref(value));
         } else {
             T value = co_await std::move(t);
             if (!r.decided()) r.win_at(index, std::move(value));
@@ -143,11 +150,11 @@ task<void> race_entry_at(task<T> t, std::shared_ptr<race<R>> shared, std::size_t
 }  // namespace detail
 
 /// The winner's result; variant::index() says which task won (a task<void>
-/// gives std::monostate).
+/// gives std::monostate, a task<U&> a std::reference_wrapper<U>).
 template <class... T>
-task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
+task<std::variant<detail::joined_t<T>...>> when_any(task<T>... tasks) {
     static_assert(sizeof...(T) > 0, "when_any needs at least one task");
-    using result_type = std::variant<detail::non_void_t<T>...>;
+    using result_type = std::variant<detail::joined_t<T>...>;
     loop& l = loop::current();
     auto shared = std::make_shared<detail::race<result_type>>();
     detail::race<result_type>& race = *shared;
@@ -170,9 +177,9 @@ task<std::variant<detail::non_void_t<T>...>> when_any(task<T>... tasks) {
 
 /// The winner's index and result.
 template <class T>
-task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>> tasks) {
+task<std::pair<std::size_t, detail::joined_t<T>>> when_any(std::vector<task<T>> tasks) {
     if (tasks.empty()) throw std::invalid_argument("spindle: when_any of no tasks");
-    using result_type = detail::non_void_t<T>;
+    using result_type = detail::joined_t<T>;
     loop& l = loop::current();
     auto shared = std::make_shared<detail::race<result_type>>();
     detail::race<result_type>& race = *shared;
@@ -190,7 +197,7 @@ task<std::pair<std::size_t, detail::non_void_t<T>>> when_any(std::vector<task<T>
     for (auto& child : children) co_await child;
     race.rethrow_if_failed();
     const std::size_t index = race.winner();
-    co_return std::pair<std::size_t, detail::non_void_t<T>>(index, race.take());
+    co_return std::pair<std::size_t, detail::joined_t<T>>(index, race.take());
 }
 
 }  // namespace spindle
