@@ -6,6 +6,13 @@
 /// Every failure arrives as the result's error, a failure to start the
 /// operation too (ENOMEM, EBADF, a descriptor epoll refuses...): co_await on
 /// I/O never throws.
+///
+/// Several operations of one direction parked on one descriptor (two reads of
+/// a socket, two accepts of a listener) each get whole results, nothing lost
+/// or given twice, but which of them is served first is not specified: epoll
+/// and kqueue serve them in the order they were made; io_uring in the
+/// kernel's order, often the last made first. A protocol that needs an order
+/// reads from one task.
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/io_op.hpp>
