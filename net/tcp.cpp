@@ -5,6 +5,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <algorithm>
+#include <chrono>
+
 namespace spindle::net {
 
 task<result<tcp_stream>> tcp_stream::connect(address peer, std::stop_token token) {
@@ -37,7 +40,10 @@ result<void> tcp_stream::set_nodelay(bool on) noexcept { return set_option(IPPRO
 
 result<void> tcp_stream::set_keepalive(bool on, std::chrono::seconds idle) noexcept {
     if (result<void> r = set_option(SOL_SOCKET, SO_KEEPALIVE, on ? 1 : 0); !r) return r;
-    if (on && idle.count() > 0) return set_option(IPPROTO_TCP, TCP_KEEPIDLE, static_cast<int>(idle.count()));
+    // Linux refuses more than 32767 s (MAX_TCP_KEEPIDLE): saturate there
+    // rather than let a large count wrap into a small one.
+    constexpr std::chrono::seconds longest_idle(32767);
+    if (on && idle.count() > 0) return set_option(IPPROTO_TCP, TCP_KEEPIDLE, static_cast<int>(std::min(idle, longest_idle).count()));
     return {};
 }
 

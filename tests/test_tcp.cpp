@@ -537,6 +537,7 @@ struct option_state {
     int nodelay_off = -1;
     int keepalive_on = -1;
     int keepidle = -1;
+    int keepidle_longest = -1;
     int keepalive_off = -1;
 };
 
@@ -549,6 +550,9 @@ task<void> options_main(net::tcp_listener& l, option_state& s) {
     REQUIRE(p.client.set_keepalive(true, 42s).has_value());
     s.keepalive_on = *p.client.get_option(SOL_SOCKET, SO_KEEPALIVE);
     s.keepidle = *p.client.get_option(IPPROTO_TCP, TCP_KEEPIDLE);
+    // 2^32 + 1 s would wrap to 1 s in an int: it saturates at the kernel's limit.
+    REQUIRE(p.client.set_keepalive(true, std::chrono::seconds((1LL << 32) + 1)).has_value());
+    s.keepidle_longest = *p.client.get_option(IPPROTO_TCP, TCP_KEEPIDLE);
     REQUIRE(p.client.set_keepalive(false).has_value());
     s.keepalive_off = *p.client.get_option(SOL_SOCKET, SO_KEEPALIVE);
 }
@@ -904,6 +908,7 @@ TEST_CASE("tcp: set_nodelay and set_keepalive reach the socket", "[tcp][options]
     CHECK(s.nodelay_off == 0);
     CHECK(s.keepalive_on != 0);
     CHECK(s.keepidle == 42);
+    CHECK(s.keepidle_longest == 32767);
     CHECK(s.keepalive_off == 0);
 }
 

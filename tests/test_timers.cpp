@@ -833,3 +833,144 @@ TEST_CASE("virtual time: time_to_next_deadline() reads the loop's clock between 
     while (!h.done() && steady::now() < give_up) l.run_once(-1ns);
     CHECK(h.done());
 }
+
+// =====================================================================================
+// Every duration and deadline a user passes saturates, whatever its type: the
+// far end means never, the near end (and anything negative) now. Run under
+// UBSan in CI, where an overflow on the way is an error.
+
+namespace {
+
+using far_double = std::chrono::duration<double>;
+using picoseconds = std::chrono::duration<std::int64_t, std::pico>;
+
+struct extremes_state {
+    // Far: still waiting when the test ends them (cancelled or never due).
+    std::error_code far_sleep_hours, far_sleep_infinity, far_sleep_until, far_timeout, far_deadline;
+    // Near: over at once.
+    std::error_code near_sleep_hours, near_sleep_min, near_sleep_negative_infinity, near_sleep_nan, near_sleep_until;
+    std::error_code near_timeout, near_deadline, near_interval_first;
+    int near_done = 0;
+};
+
+template <class Rep, class Period>
+task<void> sleep_into(std::chrono::duration<Rep, Period> d, std::stop_token token, std::error_code& out, int* done = nullptr) {
+    out = co_await spindle::sleep_for(d, std::move(token));
+    if (done) ++*done;
+}
+
+task<void> sleep_until_into(steady::time_point t, std::stop_token token, std::error_code& out, int* done = nullptr) {
+    out = co_await spindle::sleep_until(t, std::move(token));
+    if (done) ++*done;
+}
+
+template <class Rep, class Period>
+task<void> timeout_into(std::chrono::duration<Rep, Period> d, spindle::event& ev, std::error_code& out, int* done = nullptr) {
+    out = co_await spindle::with_timeout(d, ev.wait());
+    if (done) ++*done;
+}
+
+task<void> deadline_into(steady::time_point t, spindle::event& ev, std::error_code& out, int* done = nullptr) {
+    out = co_await spindle::with_deadline(t, ev.wait());
+    if (done) ++*done;
+}
+
+task<void> first_tick_into(std::error_code& out, int& done) {
+    spindle::interval iv(1h, steady::time_point::min());
+    auto r = co_await iv.tick();
+    out = r ? std::error_code{} : r.error();
+    ++done;
+}
+
+}  // namespace
+
+TEST_CASE("saturating_ns: every duration type converts without overflow", "[timers][overflow]") {
+    using spindle::detail::saturating_ns;
+    constexpr auto max = std::numeric_limits<std::int64_t>::max();
+    constexpr auto min = std::numeric_limits<std::int64_t>::min();
+    CHECK(saturating_ns(std::chrono::nanoseconds::max()) == max);
+    CHECK(saturating_ns(std::chrono::nanoseconds::min()) == min);
+    CHECK(saturating_ns(std::chrono::hours::max()) == max);
+    CHECK(saturating_ns(std::chrono::hours::min()) == min);
+    CHECK(saturating_ns(std::chrono::hours(-1)) == -3'600'000'000'000);
+    CHECK(saturating_ns(picoseconds::max()) == picoseconds::max().count() / 1000);
+    CHECK(saturating_ns(far_double::max()) == max);
+    CHECK(saturating_ns(far_double(std::numeric_limits<double>::infinity())) == max);
+    CHECK(saturating_ns(far_double(-std::numeric_limits<double>::infinity())) == min);
+    CHECK(saturating_ns(far_double(std::numeric_limits<double>::quiet_NaN())) == 0);
+    CHECK(saturating_ns(far_double(1.5)) == 1'500'000'000);
+    CHECK(saturating_ns(std::chrono::seconds(1)) == 1'000'000'000);
+}
+
+TEST_CASE("sleeps, timeouts, deadlines, timers, intervals and run_once saturate at both ends", "[timers][overflow]") {
+    spindle::loop l;
+    extremes_state s;
+    std::stop_source stop_far;
+    spindle::event never;  // nobody sets it: a wait that ends only by time
+    std::vector<spindle::join_handle<void>> tasks;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+
+    tasks.push_back(l.spawn(sleep_into(std::chrono::hours::max(), stop_far.get_token(), s.far_sleep_hours)));
+    tasks.push_back(l.spawn(sleep_into(far_double(inf), stop_far.get_token(), s.far_sleep_infinity)));
+    tasks.push_back(l.spawn(sleep_until_into(steady::time_point::max(), stop_far.get_token(), s.far_sleep_until)));
+    tasks.push_back(l.spawn(timeout_into(std::chrono::hours::max(), never, s.far_timeout)));
+    tasks.push_back(l.spawn(deadline_into(steady::time_point::max(), never, s.far_deadline)));
+
+    int* done = &s.near_done;
+    tasks.push_back(l.spawn(sleep_into(std::chrono::hours::min(), {}, s.near_sleep_hours, done)));
+    tasks.push_back(l.spawn(sleep_into(std::chrono::nanoseconds::min(), {}, s.near_sleep_min, done)));
+    tasks.push_back(l.spawn(sleep_into(far_double(-inf), {}, s.near_sleep_negative_infinity, done)));
+    tasks.push_back(l.spawn(sleep_into(far_double(std::numeric_limits<double>::quiet_NaN()), {}, s.near_sleep_nan, done)));
+    tasks.push_back(l.spawn(sleep_until_into(steady::time_point::min(), {}, s.near_sleep_until, done)));
+    tasks.push_back(l.spawn(timeout_into(std::chrono::hours::min(), never, s.near_timeout, done)));
+    tasks.push_back(l.spawn(deadline_into(steady::time_point::min(), never, s.near_deadline, done)));
+    tasks.push_back(l.spawn(first_tick_into(s.near_interval_first, *done)));
+    constexpr int near_count = 8;
+
+    int timer_calls = 0;
+    spindle::timer far_timer(l);
+    far_timer.start(std::chrono::hours::max(), &count_call, &timer_calls);
+    CHECK(far_timer.deadline() == steady::time_point::max());
+    spindle::timer far_repeating(l);
+    far_repeating.start_repeating(std::chrono::hours::max(), &count_call, &timer_calls);
+    CHECK(far_repeating.deadline() == steady::time_point::max());
+    spindle::timer near_timer(l);
+    near_timer.start(std::chrono::hours::min(), &count_call, &timer_calls);
+    CHECK_THROWS_AS(near_timer.start_repeating(std::chrono::hours::min(), &count_call, &timer_calls), std::invalid_argument);
+    near_timer.start(std::chrono::hours::min(), &count_call, &timer_calls);
+    CHECK_THROWS_AS(spindle::interval(std::chrono::hours::min()), std::invalid_argument);
+
+    // run_once's own limit at both ends, each time with something due, so
+    // neither waits: first the near waits themselves, then the near timer.
+    const auto t0 = steady::now();
+    l.run_once(std::chrono::nanoseconds::min());  // negative: no limit
+    near_timer.start(std::chrono::hours::min(), &count_call, &timer_calls);
+    l.run_once(std::chrono::nanoseconds::max());
+    for (int i = 0; i < 10 && s.near_done < near_count; ++i) l.run_once(100ms);
+    CHECK(steady::now() - t0 < 5s);
+    CHECK(s.near_done == near_count);
+    CHECK(timer_calls == 2);  // the near timer, twice; neither far one
+    CHECK_FALSE(s.near_sleep_hours);
+    CHECK_FALSE(s.near_sleep_min);
+    CHECK_FALSE(s.near_sleep_negative_infinity);
+    CHECK_FALSE(s.near_sleep_nan);
+    CHECK_FALSE(s.near_sleep_until);
+    CHECK(s.near_timeout == std::errc::timed_out);
+    CHECK(s.near_deadline == std::errc::timed_out);
+    CHECK_FALSE(s.near_interval_first);
+
+    // The far group is still waiting; its deadlines are all "never".
+    for (int i = 0; i < 5; ++i) l.run_once(2ms);
+    CHECK(l.time_to_next_deadline() == std::nullopt);
+    CHECK(timer_calls == 2);
+    stop_far.request_stop();
+    never.set();
+    for (int i = 0; i < 10 && !std::all_of(tasks.begin(), tasks.end(), [](const auto& h) { return h.done(); }); ++i)
+        l.run_once(1ms);
+    CHECK(std::all_of(tasks.begin(), tasks.end(), [](const auto& h) { return h.done(); }));
+    CHECK(s.far_sleep_hours == std::errc::operation_canceled);
+    CHECK(s.far_sleep_infinity == std::errc::operation_canceled);
+    CHECK(s.far_sleep_until == std::errc::operation_canceled);
+    CHECK_FALSE(s.far_timeout);  // the event came first, after all
+    CHECK_FALSE(s.far_deadline);
+}

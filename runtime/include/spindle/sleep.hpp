@@ -62,19 +62,37 @@ public:
 
 using idle_awaiter = parked<idle_wait>;
 
+/// A deadline in nanoseconds. Anything before the clock's epoch is as past
+/// as the epoch itself: deadlines stay non-negative, so the difference of a
+/// deadline and the clock never overflows (time_point::min() included).
 inline std::int64_t to_ns(clock::time_point t) noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    return ns < 0 ? 0 : ns;
 }
 
-/// now + d in nanoseconds, saturating: sleep_for(nanoseconds::max()) means never.
+/// `d` in nanoseconds, saturating at the ends of std::int64_t, for any
+/// representation and period: hours::max(), a picosecond count that would
+/// overflow when scaled, a floating-point infinity. NaN counts as zero.
+template <class Rep, class Period>
+std::int64_t saturating_ns(std::chrono::duration<Rep, Period> d) noexcept {
+    using limits = std::numeric_limits<std::int64_t>;
+    // long double holds every count of every duration type without overflow;
+    // the bounds keep clear of where it rounds (beyond 292 years: never).
+    const long double ns = std::chrono::duration<long double, std::nano>(d).count();
+    if (!(ns == ns)) return 0;
+    if (ns >= 9.2e18L) return limits::max();
+    if (ns <= -9.2e18L) return limits::min();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+/// now + d in nanoseconds, saturating: sleep_for(nanoseconds::max()) means
+/// never, a negative `d` now.
 template <class Rep, class Period>
 std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) noexcept {
-    using limits = std::numeric_limits<std::int64_t>;
     const std::int64_t now = now_ns();
-    if (d <= d.zero()) return now;
-    if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(std::chrono::nanoseconds(limits::max() - now)))
-        return limits::max();
-    return now + std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    const std::int64_t span = saturating_ns(d);
+    if (span <= 0) return now;
+    return span >= std::numeric_limits<std::int64_t>::max() - now ? std::numeric_limits<std::int64_t>::max() : now + span;
 }
 
 }  // namespace detail

@@ -50,13 +50,16 @@ public:
     /// Must be destroyed before its loop.
     ~timer() { stop(); }
 
-    /// Calls fn(context) once, `delay` from now.
-    void start(clock::duration delay, callback fn, void* context) {
+    /// Calls fn(context) once, `delay` from now (any duration type; it
+    /// saturates: hours::max() is never, a negative delay the next timer phase).
+    template <class Rep, class Period>
+    void start(std::chrono::duration<Rep, Period> delay, callback fn, void* context) {
         arm(detail::deadline_after(delay), 0, fn, context);
     }
     /// Calls fn(context) every `period`, first after `period`.
-    void start_repeating(clock::duration period, callback fn, void* context) {
-        auto p = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
+    template <class Rep, class Period>
+    void start_repeating(std::chrono::duration<Rep, Period> period, callback fn, void* context) {
+        const std::int64_t p = detail::saturating_ns(period);
         if (p <= 0) throw std::invalid_argument("spindle::timer: period must be positive");
         arm(detail::saturating_add(detail::now_ns(), p), p, fn, context);
     }
@@ -106,9 +109,10 @@ private:
 class interval {
 public:
     /// `first` defaults to the loop's now (its virtual clock under virtual time).
-    explicit interval(clock::duration period, clock::time_point first = clock::time_point(std::chrono::nanoseconds(detail::now_ns())))
-        : m_period(std::chrono::duration_cast<std::chrono::nanoseconds>(period).count()),
-          m_next(detail::to_ns(first)) {
+    template <class Rep, class Period>
+    explicit interval(std::chrono::duration<Rep, Period> period,
+                      clock::time_point first = clock::time_point(std::chrono::nanoseconds(detail::now_ns())))
+        : m_period(detail::saturating_ns(period)), m_next(detail::to_ns(first)) {
         if (m_period <= 0) throw std::invalid_argument("spindle::interval: period must be positive");
     }
 

@@ -29,7 +29,8 @@ public:
 
     /// TCP_NODELAY: send small writes at once instead of coalescing them.
     result<void> set_nodelay(bool on) noexcept;
-    /// SO_KEEPALIVE, and with a non-zero `idle`, TCP_KEEPIDLE in seconds.
+    /// SO_KEEPALIVE, and with a non-zero `idle`, TCP_KEEPIDLE in seconds
+    /// (at most the kernel's 32767: more saturates there).
     result<void> set_keepalive(bool on, std::chrono::seconds idle = std::chrono::seconds(0)) noexcept;
 
 private:
