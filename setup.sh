@@ -62,8 +62,9 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     apt_update_once
 fi
 
-# Sanitizer runtimes for clang (ASan/UBSan/TSan). Depending on the release they
-# ship in libclang-rt-dev / libclang-rt-<N>-dev, or inside clang's own packages.
+# Sanitizer runtimes for clang (ASan/UBSan/TSan) and libFuzzer (-Dfuzz).
+# Depending on the release they ship in libclang-rt-dev / libclang-rt-<N>-dev
+# (Debian 12: clang-14 does not depend on it), or inside clang's own packages.
 clang_major() {
     apt-cache policy clang 2>/dev/null |
         sed -n 's/^ *Candidate: \([0-9]*:\)\{0,1\}\([0-9][0-9]*\).*/\2/p'

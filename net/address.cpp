@@ -36,9 +36,10 @@ bool parse_port(std::string_view text, std::uint16_t& port) noexcept {
 address::address() noexcept { std::memset(&m_storage, 0, sizeof m_storage); }
 
 result<address> address::from_ip(std::string_view host, std::uint16_t port) {
-    // inet_pton needs a terminated string; hosts are short.
+    // inet_pton needs a terminated string; hosts are short. A NUL inside the
+    // host would end that string early and leave the rest unread.
     char text[INET6_ADDRSTRLEN + IF_NAMESIZE + 2];
-    if (host.empty() || host.size() >= sizeof text) return invalid();
+    if (host.empty() || host.size() >= sizeof text || host.find('\0') != std::string_view::npos) return invalid();
     std::memcpy(text, host.data(), host.size());
     text[host.size()] = '\0';
 

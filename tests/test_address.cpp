@@ -174,6 +174,25 @@ TEST_CASE("address: invalid text is invalid_address", "[address]") {
     }
 }
 
+// Found by fuzzing (tests/fuzz/fuzz_address.cpp): inet_pton reads a C
+// string, so a host with a NUL in it was parsed only up to the NUL and the
+// rest of the text accepted unread.
+TEST_CASE("address: a NUL anywhere in the host is invalid_address", "[address]") {
+    for (const std::string_view text : {"127.0.0.1\0:80"sv, "127.0.0.1\0.evil:80"sv, "[::1\0junk]:80"sv,
+                                        "[fe80::1%1\0x]:80"sv}) {
+        CAPTURE(text);
+        auto a = address::parse(text);
+        REQUIRE_FALSE(a.has_value());
+        CHECK(a.error() == net::errc::invalid_address);
+    }
+    for (const std::string_view host : {"127.0.0.1\0"sv, "::1\0x"sv, "fe80::1%1\0"sv, "::8\0\0\0\n8"sv}) {
+        CAPTURE(host);
+        auto a = address::from_ip(host, 80);
+        REQUIRE_FALSE(a.has_value());
+        CHECK(a.error() == net::errc::invalid_address);
+    }
+}
+
 TEST_CASE("address: ports 0 and 65535 are valid", "[address]") {
     auto zero = address::parse("127.0.0.9:0");
     REQUIRE(zero.has_value());

@@ -500,6 +500,17 @@ TEST_CASE("inline commands", "[resp]") {
     }
 }
 
+// Found by fuzzing (tests/fuzz/fuzz_resp.cpp): the words before a bad quote
+// stayed in args() after the error.
+TEST_CASE("after a protocol error args() is empty", "[resp]") {
+    for (const std::string_view input : {"ECHO a b \"c\r\n"sv, "SET k 'v'w\r\n"sv, "*2\r\n$4\r\nECHO\r\n:1\r\n"sv}) {
+        INFO(input);
+        resp::request_parser parser;
+        REQUIRE(parser.parse(input).status == resp::parse_status::error);
+        REQUIRE(parser.args().empty());
+    }
+}
+
 TEST_CASE("inline lines are limited to 64 KiB", "[resp]") {
     const std::string error = "-ERR Protocol error: too big inline request\r\n";
     const std::string longest = cat({"ECHO ", std::string(resp::max_inline_length - 5, 'x')});

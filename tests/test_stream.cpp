@@ -611,6 +611,53 @@ TEST_CASE("buffered_reader: over a memory_stream, lines, limits, exact reads, de
     CHECK(s.eos_buffered == "rest");
 }
 
+namespace {
+
+struct research_state {
+    std::error_code too_long;
+    std::string line;
+    std::error_code too_long_again;
+    std::string other_delimiter;
+    std::string rest;
+};
+
+task<void> research_main(research_state& s) {
+    auto [a, b] = net::memory_stream::pair();
+    REQUIRE_OK(co_await a.write_all(bytes_of("ab\ncd;ef\n"), {}));
+    REQUIRE_OK(a.shutdown_write());
+    net::basic_buffered_reader reader(b);
+    // The delimiter arrives, but beyond the limit: refused, the bytes kept.
+    s.too_long = (co_await reader.read_until("\n", 1)).error();
+    // A larger limit takes the same line from what is buffered.
+    result<std::string_view> line = co_await reader.read_until("\n", 4);
+    REQUIRE(line.has_value());
+    s.line = *line;
+    s.too_long_again = (co_await reader.read_until("\n", 2)).error();
+    // Another delimiter, already buffered before the refused search's.
+    line = co_await reader.read_until(";", 8);
+    REQUIRE(line.has_value());
+    s.other_delimiter = *line;
+    line = co_await reader.read_until("\n", 8);
+    REQUIRE(line.has_value());
+    s.rest = *line;
+}
+
+}  // namespace
+
+// Found by fuzzing (tests/fuzz/fuzz_buffered_reader.cpp): a refused search
+// left its progress behind, and the next call resumed after bytes it had
+// never searched with its own delimiter and limit.
+TEST_CASE("buffered_reader: a call after line_too_long searches every buffered byte", "[stream][buffered]") {
+    research_state s;
+    loop l;
+    run_with_watchdog(l, research_main(s));
+    CHECK(s.too_long == net::errc::line_too_long);
+    CHECK(s.line == "ab\n");
+    CHECK(s.too_long_again == net::errc::line_too_long);
+    CHECK(s.other_delimiter == "cd;");
+    CHECK(s.rest == "ef\n");
+}
+
 // --- the example services over streams that are not sockets --------------------------
 
 namespace {

@@ -135,6 +135,8 @@ void request_parser::reset() noexcept {
 
 parse_result request_parser::fail(std::string_view message) noexcept {
     reset();
+    // An inline line may have split words before its bad quote.
+    m_args.clear();
     return {parse_status::error, 0, message};
 }
 

@@ -139,9 +139,10 @@ public:
     parse_result parse(std::string_view input);
 
     /// The arguments of the last complete command: views into the input given
-    /// to parse(), or into this parser for inline arguments that had quotes.
-    /// Valid until the next parse(), reset() or move, and only while those
-    /// input bytes stay where they are.
+    /// to parse(), or into this parser for inline arguments that had quotes;
+    /// empty after a parse() that was incomplete or an error. Valid until the
+    /// next parse(), reset() or move, and only while those input bytes stay
+    /// where they are.
     std::span<const std::string_view> args() const noexcept { return {m_args.data(), m_args.size()}; }
 
     /// Forgets a partly parsed command, e.g. when its bytes were discarded.

@@ -35,6 +35,11 @@ public:
     /// or line_too_long; nullopt when more bytes are needed, with room made
     /// for them.
     std::optional<result<std::string_view>> find_line(std::string_view delimiter, std::size_t max);
+    /// Makes the next find_line search every buffered byte. Each read_until
+    /// starts with it: a call that ended without a line (line_too_long, end
+    /// of stream, an error, a cancellation) searched with its own delimiter
+    /// and limit, and the next call need not share them.
+    void restart_search() noexcept { m_scanned = 0; }
     /// Where the next read goes: at least one byte, after what is buffered.
     std::span<std::byte> space() {
         make_room(1);
@@ -52,7 +57,8 @@ private:
     std::size_t m_capacity;
     std::size_t m_begin = 0;
     std::size_t m_end = 0;
-    /// Bytes after m_begin already searched for the delimiter.
+    /// Bytes after m_begin already searched for the delimiter, within one
+    /// read_until.
     std::size_t m_scanned = 0;
 };
 
@@ -70,6 +76,7 @@ public:
     /// arrive without a delimiter (they stay buffered); end_of_stream when the
     /// peer closes first (what arrived stays in buffered()).
     task<result<std::string_view>> read_until(std::string_view delimiter, std::size_t max, std::stop_token token = {}) {
+        m_buffer.restart_search();
         for (;;) {
             if (std::optional<result<std::string_view>> found = m_buffer.find_line(delimiter, max)) co_return *found;
             // The stream's own read, awaited here rather than through fill(),
