@@ -2,7 +2,7 @@
 // drives the spindle loop from it, the way a game engine embeds an event loop,
 // instead of handing the thread to loop::run().
 //
-// Protocol (UDP):
+// Protocol (UDP). Messages are whole datagrams, told apart by their size:
 //   client -> server  any datagram joins, or keeps a joined client alive;
 //                     "bye" (a trailing "\n" or "\r\n" allowed) leaves.
 //                     A client silent for 5 s is dropped.
@@ -10,14 +10,26 @@
 //                       offset  0  u64  frame number (the first frame is 1)
 //                       offset  8  u32  number of clients joined
 //                       offset 12  u32  the recipient's own id (from 1, never reused)
+//                     or, to a datagram that would join while --max-clients
+//                     clients are joined already, the refusal: 4 bytes, the
+//                     ASCII text "full". The sender has not joined; it may try
+//                     again later. A refusal is never longer than what it
+//                     answers (a datagram shorter than 4 bytes gets none), an
+//                     address gets at most one a second, and the server sends
+//                     at most refusals_per_second in all: a spoofed flood of
+//                     joins cannot make it a reflector.
 //
-// stdout carries two lines, each flushed:
+// stdout carries these lines, each flushed:
 //   spindle-game listening on ADDRESS:PORT
-//   spindle-game stats: frames=N mean_us=X p50_us=X p99_us=X max_us=X late=N
-// the second on SIGINT or SIGTERM, just before main returns 0. The times are
-// microseconds with one decimal; see run_frames() for what a tick is and when
-// a frame is late. Diagnostics go to stderr (SPDLOG_LEVEL=debug shows joins
-// and leaves).
+//   spindle-game interval: frames=N mean_us=X p50_us=X p99_us=X max_us=X late=N clients=N refused=N
+//   spindle-game stats: frames=N mean_us=X p50_us=X p99_us=X max_us=X late=N clients=N refused=N
+// "interval" every --stats-every seconds if given, for the frames since the
+// last such line; "stats" on SIGINT or SIGTERM, for the whole run, just before
+// main returns 0. The times are microseconds with one decimal; see
+// run_frames() for what a tick is and when a frame is late. clients= is the
+// number joined when the line is printed, refused= the datagrams turned away
+// because the server was full (answered or not). Diagnostics go to stderr
+// (SPDLOG_LEVEL=debug shows joins and leaves).
 
 #include "service.hpp"
 
@@ -29,6 +41,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -40,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -58,9 +72,25 @@ constexpr std::chrono::nanoseconds frame_period = std::chrono::nanoseconds(std::
 /// 50 us timer slack), well below the 16.7 ms period.
 constexpr std::chrono::nanoseconds late_threshold = 1ms;
 constexpr clock::duration silence_limit = 5s;
-/// Joins beyond this are ignored: the per-frame broadcast stays bounded.
-constexpr std::size_t max_clients = 256;
 constexpr std::size_t snapshot_size = 16;
+/// What a client that cannot join is told. No longer than the shortest
+/// datagram it is sent in reply to.
+constexpr std::string_view refusal = "full";
+/// The refusals the server sends in all, per second, however many addresses
+/// ask: 400 bytes a second at most, whatever a flood of spoofed joins does.
+constexpr std::uint32_t refusals_per_second = 100;
+
+/// The program's own flags.
+struct game_options {
+    /// The joined clients at most; the joins beyond are refused. Each costs
+    /// the frame one snapshot to send: the default is what the frame loop is
+    /// sized and measured for (spindle-game-bench, docs/benchmarks.md).
+    std::size_t max_clients = 1024;
+    /// Print an "interval" statistics line this often (0: never).
+    std::chrono::seconds stats_every{0};
+};
+/// Past this a frame's sends alone would outlast the 16.7 ms frame period.
+constexpr std::size_t max_clients_limit = 16384;
 
 // ---------------------------------------------------------------------------
 // The simulated world: a frame counter and one moving point per client.
@@ -77,18 +107,28 @@ class world {
 public:
     static constexpr std::int32_t arena = 1000;  // positions stay in [0, arena]
 
+    explicit world(std::size_t max_clients) : m_max_clients(max_clients) {}
+
     std::uint64_t frame() const noexcept { return m_frame; }
     const std::vector<client>& clients() const noexcept { return m_clients; }
+    /// Datagrams turned away because the world was full.
+    std::uint64_t refused() const noexcept { return m_refused; }
+
+    enum class heard { known, joined, refused };
 
     /// A datagram other than "bye" arrived from `from`.
-    void heard_from(const net::address& from, clock::time_point now) {
+    heard heard_from(const net::address& from, clock::time_point now) {
         if (client* c = find(from)) {
             c->last_heard = now;
-            return;
+            return heard::known;
         }
-        if (m_clients.size() >= max_clients) {
-            spdlog::debug("full: ignoring {}", from.to_string());
-            return;
+        if (m_clients.size() >= m_max_clients) {
+            ++m_refused;
+            // Said once each time the world fills up, not per datagram.
+            if (!m_full_reported) spdlog::warn("full ({} clients): refusing joins", m_max_clients);
+            m_full_reported = true;
+            spdlog::debug("full: refusing {}", from.to_string());
+            return heard::refused;
         }
         client c;
         c.from = from;
@@ -101,6 +141,7 @@ public:
         c.dy = static_cast<std::int32_t>(1 + c.id * 7 % 5);
         spdlog::debug("client {} joined from {}", c.id, from.to_string());
         m_clients.push_back(c);
+        return heard::joined;
     }
 
     void leave(const net::address& from) {
@@ -109,6 +150,7 @@ public:
             spdlog::debug("client {} left", c.id);
             return true;
         });
+        if (m_clients.size() < m_max_clients) m_full_reported = false;
     }
 
     /// One frame of simulation.
@@ -120,6 +162,7 @@ public:
                           std::chrono::duration_cast<std::chrono::seconds>(silence_limit).count());
             return true;
         });
+        if (m_clients.size() < m_max_clients) m_full_reported = false;
         for (client& c : m_clients) {
             bounce(c.x, c.dx);
             bounce(c.y, c.dy);
@@ -142,9 +185,51 @@ private:
         return nullptr;
     }
 
+    std::size_t m_max_clients;
     std::uint64_t m_frame = 0;
     std::uint32_t m_next_id = 1;
     std::vector<client> m_clients;
+    std::uint64_t m_refused = 0;
+    bool m_full_reported = false;
+};
+
+/// Bounds the refusals sent: one per address per second, refusals_per_second
+/// in all. An address is remembered by a hash in a small direct-mapped table,
+/// so the memory is fixed; two addresses sharing a slot at worst delay each
+/// other's refusal, and a flood of addresses only evicts entries, which the
+/// limit in all still bounds.
+class refusal_limiter {
+public:
+    bool allow(const net::address& from, clock::time_point now) noexcept {
+        if (now - m_window_start >= 1s) {
+            m_window_start = now;
+            m_sent_in_window = 0;
+        }
+        const std::uint64_t h = hash(from);
+        entry& e = m_recent[h % m_recent.size()];
+        if (e.hash == h && e.used && now - e.at < 1s) return false;
+        if (m_sent_in_window >= refusals_per_second) return false;
+        ++m_sent_in_window;
+        e = {h, now, true};
+        return true;
+    }
+
+private:
+    static std::uint64_t hash(const net::address& a) noexcept {
+        // FNV-1a over the bytes operator== compares.
+        std::uint64_t h = 14695981039346656037ull;
+        const auto* p = reinterpret_cast<const unsigned char*>(a.native());
+        for (::socklen_t i = 0; i < a.size(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+        return h;
+    }
+    struct entry {
+        std::uint64_t hash = 0;
+        clock::time_point at;
+        bool used = false;
+    };
+    std::array<entry, 256> m_recent{};
+    clock::time_point m_window_start;
+    std::uint32_t m_sent_in_window = 0;
 };
 
 bool is_bye(std::string_view text) noexcept {
@@ -159,6 +244,7 @@ bool is_bye(std::string_view text) noexcept {
 task<void> receive(net::udp_socket& socket, world& w, std::stop_token stop) {
     std::array<std::byte, 512> buffer;
     net::address from;
+    refusal_limiter limiter;
     for (;;) {
         result<std::size_t> n = co_await socket.recv_from(buffer, from, stop);
         if (!n) {
@@ -169,11 +255,20 @@ task<void> receive(net::udp_socket& socket, world& w, std::stop_token stop) {
                 continue;
             }
         }
-        const std::string_view text(reinterpret_cast<const char*>(buffer.data()), n ? *n : 0);
-        if (is_bye(text))
+        const std::size_t size = n ? *n : buffer.size() + 1;  // truncated: longer than the buffer
+        const std::string_view text(reinterpret_cast<const char*>(buffer.data()), std::min(size, buffer.size()));
+        if (is_bye(text)) {
             w.leave(from);
-        else
-            w.heard_from(from, clock::now());
+            continue;
+        }
+        const clock::time_point now = clock::now();
+        if (w.heard_from(from, now) != world::heard::refused) continue;
+        // Never more bytes out than in, and rate-limited: see the protocol.
+        if (size < refusal.size() || !limiter.allow(from, now)) continue;
+        if (result<std::size_t> sent = co_await socket.send_to(std::as_bytes(std::span(refusal)), from, stop); !sent) {
+            if (sent.error() == std::errc::operation_canceled) co_return;
+            spdlog::debug("refusal to {}: {}", from.to_string(), sent.error().message());
+        }
     }
 }
 
@@ -279,12 +374,15 @@ private:
 struct frame_stats {
     tick_histogram ticks;
     std::uint64_t late = 0;
+    std::uint64_t refused_before = 0;  // world::refused() when these stats began
 
-    void print() const {
-        std::printf("spindle-game stats: frames=%llu mean_us=%.1f p50_us=%.1f p99_us=%.1f max_us=%.1f late=%llu\n",
-                    static_cast<unsigned long long>(ticks.count()), ticks.mean_ns() / 1e3,
+    /// `label` is "stats" or "interval" (see the top of this file).
+    void print(const char* label, const world& w) const {
+        std::printf("spindle-game %s: frames=%llu mean_us=%.1f p50_us=%.1f p99_us=%.1f max_us=%.1f late=%llu clients=%zu refused=%llu\n",
+                    label, static_cast<unsigned long long>(ticks.count()), ticks.mean_ns() / 1e3,
                     ticks.percentile_ns(0.50) / 1e3, ticks.percentile_ns(0.99) / 1e3, ticks.max_ns() / 1e3,
-                    static_cast<unsigned long long>(late));
+                    static_cast<unsigned long long>(late), w.clients().size(),
+                    static_cast<unsigned long long>(w.refused() - refused_before));
         std::fflush(stdout);
     }
 };
@@ -313,16 +411,25 @@ struct frame_stats {
 /// more than late_threshold after its due time is late; one that starts a whole
 /// period or more late restarts the schedule from itself, so a stall is not
 /// followed by a burst of catch-up frames sending stale snapshots.
-void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_token& stop, frame_stats& stats) {
+///
+/// With `stats_every` above zero, an "interval" line is printed that often,
+/// between frames (its output is not in any tick time).
+void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_token& stop, frame_stats& stats,
+                std::chrono::seconds stats_every) {
     clock::time_point anchor = clock::now();
     std::uint64_t index = 0;  // frames since anchor
     auto due = [&] { return anchor + std::chrono::duration_cast<clock::duration>(frame_period * index); };
     join_handle<void> sending;
+    frame_stats interval;
+    clock::time_point interval_start = anchor;
 
     while (!stop.stop_requested()) {
         const clock::time_point start = clock::now();
         const clock::duration lateness = start - due();
-        if (lateness > late_threshold) ++stats.late;
+        if (lateness > late_threshold) {
+            ++stats.late;
+            ++interval.late;
+        }
         if (lateness >= frame_period) {
             anchor = start;
             index = 0;
@@ -336,7 +443,16 @@ void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_t
         sending = w.clients().empty() ? join_handle<void>{}
                                       : host.spawn(broadcast(socket, w.frame(), recipients_of(w)), "broadcast");
         host.poll();
-        stats.ticks.add(clock::now() - start);
+        const clock::duration tick = clock::now() - start;
+        stats.ticks.add(tick);
+        interval.ticks.add(tick);
+
+        if (stats_every > clock::duration::zero() && start - interval_start >= stats_every) {
+            interval.print("interval", w);
+            interval = frame_stats{};
+            interval.refused_before = w.refused();
+            interval_start = start;
+        }
 
         ++index;
         const clock::time_point next = due();
@@ -349,7 +465,7 @@ void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_t
     if (sending.valid() && !sending.done()) sending.abort();
 }
 
-int serve(const service_options& options) {
+int serve(const service_options& options, const game_options& game) {
     std::optional<loop> opened;
     if (!spindle::examples::open_loop(opened, loop_options{.backend = options.backend})) return 1;
     loop& host = *opened;
@@ -375,26 +491,52 @@ int serve(const service_options& options) {
     }
 
     std::stop_source stop;
-    world w;
+    world w(game.max_clients);
     join_handle<void> signals = host.spawn(examples::stop_on_signals(stop), "signals");
     join_handle<void> receiver = host.spawn(receive(*socket, w, stop.get_token()), "receive");
     std::printf("spindle-game listening on %s\n", bound->to_string().c_str());
     std::fflush(stdout);
 
     frame_stats stats;
-    run_frames(host, *socket, w, stop.get_token(), stats);
+    run_frames(host, *socket, w, stop.get_token(), stats, game.stats_every);
 
     // The receiver and the signal waits were given the stop token: they end
     // within a tick or two. Both reference locals of this function.
     while (!(receiver.done() && signals.done()) && host.run_once(100ms)) {
     }
-    stats.print();
+    stats.print("stats", w);
     return 0;
+}
+
+/// A whole decimal number in [lo, hi], or why not.
+std::string parse_number(std::string_view text, std::size_t lo, std::size_t hi, std::size_t& out) {
+    std::size_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && end == text.data() + text.size() && v >= lo && v <= hi) {
+        out = v;
+        return {};
+    }
+    return "not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    game_options game;
+    const std::string max_clients_help = "at most N clients joined, 1 to " + std::to_string(max_clients_limit) +
+                                         " (default " + std::to_string(game.max_clients) + "); others are told \"full\"";
+    const std::array flags{
+        examples::service_flag{"--max-clients", "N", max_clients_help,
+                               [&](std::string_view text) { return parse_number(text, 1, max_clients_limit, game.max_clients); }},
+        examples::service_flag{"--stats-every", "SECONDS",
+                               "also print tick-time statistics every SECONDS, 1 to 3600 (default: on exit only)",
+                               [&](std::string_view text) {
+                                   std::size_t seconds = 0;
+                                   std::string why = parse_number(text, 1, 3600, seconds);
+                                   game.stats_every = std::chrono::seconds(seconds);
+                                   return why;
+                               }},
+    };
     const service_options options = examples::parse_service_options(
         argc, argv,
         {.name = "spindle-game",
@@ -402,10 +544,13 @@ int main(int argc, char** argv) {
          .default_port = 7008,
          .extra_help = "\nClients join by sending any datagram, leave with \"bye\", and are dropped after 5 s of\n"
                        "silence. Each frame a client gets 16 bytes, big-endian: u64 frame, u32 client count,\n"
-                       "u32 its own id. On exit, tick-time statistics are printed to stdout.\n"});
+                       "u32 its own id. A datagram that would join a full server is answered (if it is 4 bytes\n"
+                       "or longer; at most once a second per address) with the 4 bytes \"full\". On exit,\n"
+                       "tick-time statistics are printed to stdout.\n",
+         .flags = flags});
 
     try {
-        return serve(options);
+        return serve(options, game);
     } catch (const std::exception& e) {
         // A backend not built in, or the loop's own resources failing.
         std::fprintf(stderr, "spindle-game: %s\n", e.what());
