@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -551,14 +552,31 @@ TEST_CASE("spindle-game with --max-clients 3 tells a fourth client it is full, o
     CHECK(server.output().find("full (3 clients): refusing joins") != std::string::npos);
 }
 
-TEST_CASE("spindle-game --stats-every prints the statistics of each interval") {
+TEST_CASE("spindle-game sends every client its snapshot when a frame's sends take several slices") {
+    // More clients than one sendmmsg slice (32): the rest go out in the
+    // ticks after the frame's own.
     process server({program("SPINDLE_GAME"), "--port", "0", "--stats-every", "1"});
-    server.wait_listening();
-    std::this_thread::sleep_for(2500ms);
+    std::uint16_t port = server.wait_listening();
+    std::vector<std::unique_ptr<game_client>> clients;
+    for (int i = 0; i < 100; ++i) {
+        clients.push_back(std::make_unique<game_client>(port));
+        clients.back()->send("join");
+    }
+    std::vector<std::uint32_t> ids;
+    for (auto& c : clients) ids.push_back(c->joined_among(100));
+    std::sort(ids.begin(), ids.end());
+    CHECK(ids.front() == 1);  // each got its own id: 1 to 100
+    CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+    CHECK(ids.back() == 100);
+
+    std::this_thread::sleep_for(1200ms);  // an interval line with every client joined
     int status = server.stop(SIGINT);
     INFO(server.output());
     CHECK(exited_cleanly(status));
-    CHECK(count(server.output(), "spindle-game interval: frames=") >= 2);
+    CHECK(count(server.output(), "spindle-game interval: frames=") >= 1);
+    CHECK(server.output().find(" clients=100 refused=0\n") != std::string::npos);
+    CHECK(server.output().find(" send_p99_us=") != std::string::npos);
+    CHECK(server.output().find(" cpu_p99_us=") != std::string::npos);
     CHECK(count(server.output(), "spindle-game stats: frames=") == 1);
 }
 
