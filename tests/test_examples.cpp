@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <memory>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <optional>
@@ -434,7 +436,149 @@ std::uint64_t big_endian(const unsigned char* p, int bytes) {
     return v;
 }
 
+// A UDP socket connected to the game server on loopback.
+class game_client {
+public:
+    explicit game_client(std::uint16_t port) {
+        m_fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        REQUIRE(m_fd >= 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    }
+    ~game_client() { ::close(m_fd); }
+    game_client(const game_client&) = delete;
+    game_client& operator=(const game_client&) = delete;
+
+    void send(std::string_view datagram) {
+        REQUIRE(::send(m_fd, datagram.data(), datagram.size(), 0) == static_cast<ssize_t>(datagram.size()));
+    }
+    /// The next datagram, or nullopt after `limit` of silence.
+    std::optional<std::string> receive(std::chrono::milliseconds limit) {
+        pollfd p{m_fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(limit.count())) <= 0) return std::nullopt;
+        char buf[256];
+        const ssize_t n = ::recv(m_fd, buf, sizeof buf, 0);
+        if (n < 0) return std::nullopt;
+        return std::string(buf, static_cast<std::size_t>(n));
+    }
+    /// Waits (at most 2 s) for a snapshot counting `clients` joined; returns
+    /// the recipient's id, 0 if none came. A refusal fails the test.
+    std::uint32_t joined_among(std::uint64_t clients) {
+        const auto until = std::chrono::steady_clock::now() + 2s;
+        while (std::chrono::steady_clock::now() < until) {
+            std::optional<std::string> d = receive(100ms);
+            if (!d) continue;
+            REQUIRE(d->size() == 16);
+            const auto* p = reinterpret_cast<const unsigned char*>(d->data());
+            if (big_endian(p + 8, 4) == clients) return static_cast<std::uint32_t>(big_endian(p + 12, 4));
+        }
+        return 0;
+    }
+    /// Reads until a datagram that is not a snapshot, or `limit` passes.
+    std::optional<std::string> other_than_snapshot(std::chrono::milliseconds limit) {
+        const auto until = std::chrono::steady_clock::now() + limit;
+        for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+            std::optional<std::string> d = receive(std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+            if (d && d->size() != 16) return d;
+        }
+        return std::nullopt;
+    }
+
+private:
+    int m_fd = -1;
+};
+
 }  // namespace
+
+TEST_CASE("spindle-game --help shows --max-clients with its default, and a bad value is refused with status 2") {
+    command_result help = run({program("SPINDLE_GAME"), "--help"});
+    INFO(help.output);
+    CHECK(help.status == 0);
+    CHECK(help.output.find("--max-clients N") != std::string::npos);
+    CHECK(help.output.find("(default 1024)") != std::string::npos);
+    CHECK(help.output.find("--stats-every SECONDS") != std::string::npos);
+    CHECK(help.output.find("\"full\"") != std::string::npos);
+    for (const char* bad : {"0", "-1", "3x", "", "16385", "99999999999999999999"}) {
+        command_result r = run({program("SPINDLE_GAME"), "--port", "0", "--max-clients", bad});
+        INFO("--max-clients '" << bad << "': " << r.output);
+        CHECK(r.status == 2);
+        CHECK(r.output.find("bad --max-clients") != std::string::npos);
+    }
+    CHECK(run({program("SPINDLE_GAME"), "--port", "0", "--max-clients"}).status == 2);
+    CHECK(run({program("SPINDLE_GAME"), "--port", "0", "--stats-every", "0"}).status == 2);
+}
+
+TEST_CASE("spindle-game with --max-clients 3 tells a fourth client it is full, once a second, never with more bytes than it sent") {
+    process server({program("SPINDLE_GAME"), "--port", "0", "--max-clients", "3"});
+    std::uint16_t port = server.wait_listening();
+
+    std::vector<std::unique_ptr<game_client>> joined;
+    for (int i = 0; i < 3; ++i) {
+        joined.push_back(std::make_unique<game_client>(port));
+        joined.back()->send("join");
+    }
+    for (auto& c : joined) CHECK(c->joined_among(3) != 0);
+
+    // The fourth: one refusal, the 4 bytes "full", and no snapshot.
+    game_client fourth(port);
+    fourth.send("join");
+    std::optional<std::string> answer = fourth.receive(2000ms);
+    REQUIRE(answer);
+    CHECK(*answer == "full");
+    // Asking again within the second gets nothing more.
+    fourth.send("join");
+    CHECK(!fourth.receive(300ms));
+    // A datagram shorter than the refusal is not answered at all.
+    game_client short_sender(port);
+    short_sender.send("hi");
+    CHECK(!short_sender.receive(300ms));
+    // The three joined still count three.
+    CHECK(joined[0]->joined_among(3) != 0);
+
+    // Once one leaves, the fourth can join.
+    joined[0]->send("bye");
+    CHECK(joined[1]->joined_among(2) != 0);
+    fourth.send("join");
+    CHECK(fourth.joined_among(3) == 4);  // ids are never reused: the fourth client is number 4
+    CHECK(!fourth.other_than_snapshot(200ms));
+
+    int status = server.stop(SIGTERM);
+    INFO(server.output());
+    CHECK(exited_cleanly(status));
+    CHECK(server.output().find(" clients=3 refused=3\n") != std::string::npos);
+    CHECK(server.output().find("full (3 clients): refusing joins") != std::string::npos);
+}
+
+TEST_CASE("spindle-game sends every client its snapshot when a frame's sends take several slices") {
+    // More clients than one sendmmsg slice (32): the rest go out in the
+    // ticks after the frame's own.
+    process server({program("SPINDLE_GAME"), "--port", "0", "--stats-every", "1"});
+    std::uint16_t port = server.wait_listening();
+    std::vector<std::unique_ptr<game_client>> clients;
+    for (int i = 0; i < 100; ++i) {
+        clients.push_back(std::make_unique<game_client>(port));
+        clients.back()->send("join");
+    }
+    std::vector<std::uint32_t> ids;
+    for (auto& c : clients) ids.push_back(c->joined_among(100));
+    std::sort(ids.begin(), ids.end());
+    CHECK(ids.front() == 1);  // each got its own id: 1 to 100
+    CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+    CHECK(ids.back() == 100);
+
+    std::this_thread::sleep_for(1200ms);  // an interval line with every client joined
+    int status = server.stop(SIGINT);
+    INFO(server.output());
+    CHECK(exited_cleanly(status));
+    CHECK(count(server.output(), "spindle-game interval: frames=") >= 1);
+    CHECK(server.output().find(" clients=100 refused=0\n") != std::string::npos);
+    CHECK(server.output().find(" send_p99_us=") != std::string::npos);
+    CHECK(server.output().find(" cpu_p99_us=") != std::string::npos);
+    CHECK(count(server.output(), "spindle-game stats: frames=") == 1);
+}
 
 TEST_CASE("spindle-game sends a joined client one snapshot per frame and prints its statistics") {
     process server({program("SPINDLE_GAME"), "--port", "0"});

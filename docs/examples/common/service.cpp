@@ -4,29 +4,48 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
 
 namespace spindle::examples {
 
 namespace {
 
 [[noreturn]] void usage(const service_info& info, std::FILE* out, int status) {
+    struct line {
+        std::string flag;
+        std::string help;
+    };
+    std::vector<line> lines{
+        {"--host ADDRESS", "address to listen on (default 127.0.0.1)"},
+        {"--port N", "port to listen on (default " + std::to_string(info.default_port) + "; 0 picks a free one)"},
+        {"--backend NAME", "automatic, epoll, io_uring or kqueue (default automatic)"},
+    };
+    std::string synopsis = " [--host ADDRESS] [--port N] [--backend NAME]";
+    for (const service_flag& f : info.flags) {
+        std::string flag = std::string(f.name) + " " + std::string(f.value_name);
+        synopsis += " [" + flag + "]";
+        lines.push_back({std::move(flag), std::string(f.help)});
+    }
+    synopsis += " [--help]";
+    lines.push_back({"--help", "this text"});
+    std::size_t width = 0;
+    for (const line& l : lines) width = std::max(width, l.flag.size());
+
+    std::fprintf(out, "usage: %.*s%s\n%.*s\n\n", static_cast<int>(info.name.size()), info.name.data(), synopsis.c_str(),
+                 static_cast<int>(info.description.size()), info.description.data());
+    for (const line& l : lines)
+        std::fprintf(out, "  %-*s   %s\n", static_cast<int>(width), l.flag.c_str(), l.help.c_str());
     std::fprintf(out,
-                 "usage: %.*s [--host ADDRESS] [--port N] [--backend NAME] [--help]\n"
-                 "%.*s\n\n"
-                 "  --host ADDRESS   address to listen on (default 127.0.0.1)\n"
-                 "  --port N         port to listen on (default %u; 0 picks a free one)\n"
-                 "  --backend NAME   automatic, epoll, io_uring or kqueue (default automatic)\n"
-                 "  --help           this text\n"
                  "%.*s"
                  "\nStops cleanly on SIGINT or SIGTERM; SIGUSR1 prints what every task waits on to stderr.\n",
-                 static_cast<int>(info.name.size()), info.name.data(), static_cast<int>(info.description.size()),
-                 info.description.data(), static_cast<unsigned>(info.default_port),
                  static_cast<int>(info.extra_help.size()), info.extra_help.data());
     std::exit(status);
 }
@@ -69,6 +88,15 @@ service_options parse_service_options(int argc, char** argv, const service_info&
                 usage(info, stderr, 2);
             }
             options.backend = *kind;
+        } else if (auto own = std::find_if(info.flags.begin(), info.flags.end(),
+                                           [&](const service_flag& f) { return f.name == arg; });
+                   own != info.flags.end()) {
+            std::string_view text = value();
+            if (std::string why = own->set(text); !why.empty()) {
+                std::fprintf(stderr, "%s: bad %s '%.*s': %s\n", argv[0], argv[i - 1], static_cast<int>(text.size()),
+                             text.data(), why.c_str());
+                usage(info, stderr, 2);
+            }
         } else {
             std::fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[i]);
             usage(info, stderr, 2);

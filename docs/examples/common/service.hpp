@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include <cstdint>
+#include <functional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -28,16 +29,27 @@ struct service_options {
     backend_kind backend = backend_kind::automatic;
 };
 
+/// A flag of one program, beside the shared ones: "--name VALUE".
+struct service_flag {
+    std::string_view name;        ///< e.g. "--max-clients"
+    std::string_view value_name;  ///< e.g. "N", shown in --help
+    std::string_view help;        ///< one line for --help, the default included
+    /// Takes the value; returns an empty string, or why the value is refused.
+    std::function<std::string(std::string_view)> set;
+};
+
 struct service_info {
     std::string_view name;         ///< the program's name, e.g. "spindle-echo"
     std::string_view description;  ///< one line for --help
     std::uint16_t default_port;
-    std::string_view extra_help = {};  ///< more lines for --help, if any
+    std::string_view extra_help = {};       ///< more lines for --help, if any
+    std::span<const service_flag> flags = {};  ///< the program's own flags, if any
 };
 
 /// Parses the command line. --help prints the usage and exits with 0; a bad
-/// argument prints the usage to stderr and exits with 2. Also sends logging
-/// to stderr (stdout is the program's own output; SPDLOG_LEVEL=debug shows more).
+/// argument (a flag of info.flags refusing its value included) prints the
+/// usage to stderr and exits with 2. Also sends logging to stderr (stdout is
+/// the program's own output; SPDLOG_LEVEL=debug shows more).
 service_options parse_service_options(int argc, char** argv, const service_info& info);
 
 /// Creates the loop in `out`. When it cannot start (a backend not available

@@ -2,7 +2,7 @@
 // drives the spindle loop from it, the way a game engine embeds an event loop,
 // instead of handing the thread to loop::run().
 //
-// Protocol (UDP):
+// Protocol (UDP). Messages are whole datagrams, told apart by their size:
 //   client -> server  any datagram joins, or keeps a joined client alive;
 //                     "bye" (a trailing "\n" or "\r\n" allowed) leaves.
 //                     A client silent for 5 s is dropped.
@@ -10,13 +10,31 @@
 //                       offset  0  u64  frame number (the first frame is 1)
 //                       offset  8  u32  number of clients joined
 //                       offset 12  u32  the recipient's own id (from 1, never reused)
+//                     or, to a datagram that would join while --max-clients
+//                     clients are joined already, the refusal: 4 bytes, the
+//                     ASCII text "full". The sender has not joined; it may try
+//                     again later. A refusal is never longer than what it
+//                     answers (a datagram shorter than 4 bytes gets none), an
+//                     address gets at most one a second, and the server sends
+//                     at most refusals_per_second in all: a spoofed flood of
+//                     joins cannot make it a reflector.
 //
-// stdout carries two lines, each flushed:
+// stdout carries these lines, each flushed:
 //   spindle-game listening on ADDRESS:PORT
-//   spindle-game stats: frames=N mean_us=X p50_us=X p99_us=X max_us=X late=N
-// the second on SIGINT or SIGTERM, just before main returns 0. The times are
-// microseconds with one decimal; see run_frames() for what a tick is and when
-// a frame is late. Diagnostics go to stderr (SPDLOG_LEVEL=debug shows joins
+//   spindle-game interval: frames=N mean_us=X p50_us=X p99_us=X max_us=X late=N
+//     cpu_p50_us=X cpu_p99_us=X preempted=N
+//     send_p50_us=X send_p99_us=X send_max_us=X unsent=N clients=N refused=N
+//   spindle-game stats: (the same fields)
+// each on one line: "interval" every --stats-every seconds if given, for the
+// frames since the last such line; "stats" on SIGINT or SIGTERM, for the
+// whole run, just before main returns 0. The times are microseconds with one
+// decimal: mean_us to max_us of a frame's tick (wall time), cpu_* of the CPU
+// time the thread spent in it, preempted= the ticks in which another process
+// took the CPU, send_* of the time until a frame's last snapshot was sent; see
+// run_frames() for what a tick and a send are, when a frame is late and when
+// its snapshots are unsent. clients= is the number joined when the line
+// is printed, refused= the datagrams turned away because the server was full
+// (answered or not). Diagnostics go to stderr (SPDLOG_LEVEL=debug shows joins
 // and leaves).
 
 #include "service.hpp"
@@ -29,21 +47,32 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <optional>
 #include <span>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
 
 namespace {
 
@@ -58,12 +87,44 @@ constexpr std::chrono::nanoseconds frame_period = std::chrono::nanoseconds(std::
 /// 50 us timer slack), well below the 16.7 ms period.
 constexpr std::chrono::nanoseconds late_threshold = 1ms;
 constexpr clock::duration silence_limit = 5s;
-/// Joins beyond this are ignored: the per-frame broadcast stays bounded.
-constexpr std::size_t max_clients = 256;
 constexpr std::size_t snapshot_size = 16;
+/// What a client that cannot join is told. No longer than the shortest
+/// datagram it is sent in reply to.
+constexpr std::string_view refusal = "full";
+/// The refusals the server sends in all, per second, however many addresses
+/// ask: 400 bytes a second at most, whatever a flood of spoofed joins does.
+constexpr std::uint32_t refusals_per_second = 100;
+
+/// The program's own flags.
+struct game_options {
+    /// The joined clients at most; the joins beyond are refused. Each costs a
+    /// snapshot per frame. 1024, a little above the 1,000 clients the frame
+    /// loop is measured with (spindle-game-bench, docs/benchmarks.md): there,
+    /// a 2-core virtual machine over loopback, a frame's tick took 65 us
+    /// (p99 150 us) and its sends 2.5 ms of the 16.7 ms period, which leaves
+    /// room for a busy machine and for a game with more to simulate.
+    std::size_t max_clients = 1024;
+    /// Print an "interval" statistics line this often (0: never).
+    std::chrono::seconds stats_every{0};
+};
+/// Past this, even at 1 us a datagram (a network card; over loopback it is
+/// about 2 us), sending a frame's snapshots would fill the 16.7 ms period.
+constexpr std::size_t max_clients_limit = 16384;
 
 // ---------------------------------------------------------------------------
 // The simulated world: a frame counter and one moving point per client.
+
+/// FNV-1a over the bytes net::address's operator== compares.
+std::uint64_t hash_of(const net::address& a) noexcept {
+    std::uint64_t h = 14695981039346656037ull;
+    const auto* p = reinterpret_cast<const unsigned char*>(a.native());
+    for (::socklen_t i = 0; i < a.size(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+struct address_hash {
+    std::size_t operator()(const net::address& a) const noexcept { return static_cast<std::size_t>(hash_of(a)); }
+};
 
 struct client {
     net::address from;
@@ -77,18 +138,28 @@ class world {
 public:
     static constexpr std::int32_t arena = 1000;  // positions stay in [0, arena]
 
+    explicit world(std::size_t max_clients) : m_max_clients(max_clients) {}
+
     std::uint64_t frame() const noexcept { return m_frame; }
     const std::vector<client>& clients() const noexcept { return m_clients; }
+    /// Datagrams turned away because the world was full.
+    std::uint64_t refused() const noexcept { return m_refused; }
+
+    enum class heard { known, joined, refused };
 
     /// A datagram other than "bye" arrived from `from`.
-    void heard_from(const net::address& from, clock::time_point now) {
+    heard heard_from(const net::address& from, clock::time_point now) {
         if (client* c = find(from)) {
             c->last_heard = now;
-            return;
+            return heard::known;
         }
-        if (m_clients.size() >= max_clients) {
-            spdlog::debug("full: ignoring {}", from.to_string());
-            return;
+        if (m_clients.size() >= m_max_clients) {
+            ++m_refused;
+            // Said once each time the world fills up, not per datagram.
+            if (!m_full_reported) spdlog::warn("full ({} clients): refusing joins", m_max_clients);
+            m_full_reported = true;
+            spdlog::debug("full: refusing {}", from.to_string());
+            return heard::refused;
         }
         client c;
         c.from = from;
@@ -100,26 +171,30 @@ public:
         c.dx = static_cast<std::int32_t>(1 + c.id % 5);
         c.dy = static_cast<std::int32_t>(1 + c.id * 7 % 5);
         spdlog::debug("client {} joined from {}", c.id, from.to_string());
+        m_index.emplace(from, m_clients.size());
         m_clients.push_back(c);
+        return heard::joined;
     }
 
     void leave(const net::address& from) {
-        std::erase_if(m_clients, [&](const client& c) {
-            if (c.from != from) return false;
-            spdlog::debug("client {} left", c.id);
-            return true;
-        });
+        auto at = m_index.find(from);
+        if (at == m_index.end()) return;
+        spdlog::debug("client {} left", m_clients[at->second].id);
+        remove(at->second);
     }
 
     /// One frame of simulation.
     void advance(clock::time_point now) {
         ++m_frame;
-        std::erase_if(m_clients, [&](const client& c) {
-            if (now - c.last_heard <= silence_limit) return false;
-            spdlog::debug("client {} dropped after {} s of silence", c.id,
+        for (std::size_t i = 0; i < m_clients.size();) {
+            if (now - m_clients[i].last_heard <= silence_limit) {
+                ++i;
+                continue;
+            }
+            spdlog::debug("client {} dropped after {} s of silence", m_clients[i].id,
                           std::chrono::duration_cast<std::chrono::seconds>(silence_limit).count());
-            return true;
-        });
+            remove(i);  // the last client moves to i
+        }
         for (client& c : m_clients) {
             bounce(c.x, c.dx);
             bounce(c.y, c.dy);
@@ -136,15 +211,63 @@ private:
     }
 
     client* find(const net::address& from) noexcept {
-        // Linear: a few hundred clients at most, and no hash for addresses.
-        for (client& c : m_clients)
-            if (c.from == from) return &c;
-        return nullptr;
+        // Hashed: every datagram of every client looks its sender up, and a
+        // linear search would cost a frame's worth of time per second at a
+        // thousand clients sending at the frame rate.
+        auto at = m_index.find(from);
+        return at == m_index.end() ? nullptr : &m_clients[at->second];
     }
 
+    /// Removes the client at `i` in constant time: the last one takes its place.
+    void remove(std::size_t i) {
+        m_index.erase(m_clients[i].from);
+        if (i + 1 != m_clients.size()) {
+            m_clients[i] = m_clients.back();
+            m_index[m_clients[i].from] = i;
+        }
+        m_clients.pop_back();
+        if (m_clients.size() < m_max_clients) m_full_reported = false;
+    }
+
+    std::size_t m_max_clients;
     std::uint64_t m_frame = 0;
     std::uint32_t m_next_id = 1;
-    std::vector<client> m_clients;
+    std::vector<client> m_clients;  // in no particular order
+    std::unordered_map<net::address, std::size_t, address_hash> m_index;  // where each is in m_clients
+    std::uint64_t m_refused = 0;
+    bool m_full_reported = false;
+};
+
+/// Bounds the refusals sent: one per address per second, refusals_per_second
+/// in all. An address is remembered by a hash in a small direct-mapped table,
+/// so the memory is fixed; two addresses sharing a slot at worst delay each
+/// other's refusal, and a flood of addresses only evicts entries, which the
+/// limit in all still bounds.
+class refusal_limiter {
+public:
+    bool allow(const net::address& from, clock::time_point now) noexcept {
+        if (now - m_window_start >= 1s) {
+            m_window_start = now;
+            m_sent_in_window = 0;
+        }
+        const std::uint64_t h = hash_of(from);
+        entry& e = m_recent[h % m_recent.size()];
+        if (e.hash == h && e.used && now - e.at < 1s) return false;
+        if (m_sent_in_window >= refusals_per_second) return false;
+        ++m_sent_in_window;
+        e = {h, now, true};
+        return true;
+    }
+
+private:
+    struct entry {
+        std::uint64_t hash = 0;
+        clock::time_point at;
+        bool used = false;
+    };
+    std::array<entry, 256> m_recent{};
+    clock::time_point m_window_start;
+    std::uint32_t m_sent_in_window = 0;
 };
 
 bool is_bye(std::string_view text) noexcept {
@@ -159,6 +282,7 @@ bool is_bye(std::string_view text) noexcept {
 task<void> receive(net::udp_socket& socket, world& w, std::stop_token stop) {
     std::array<std::byte, 512> buffer;
     net::address from;
+    refusal_limiter limiter;
     for (;;) {
         result<std::size_t> n = co_await socket.recv_from(buffer, from, stop);
         if (!n) {
@@ -169,11 +293,20 @@ task<void> receive(net::udp_socket& socket, world& w, std::stop_token stop) {
                 continue;
             }
         }
-        const std::string_view text(reinterpret_cast<const char*>(buffer.data()), n ? *n : 0);
-        if (is_bye(text))
+        const std::size_t size = n ? *n : buffer.size() + 1;  // truncated: longer than the buffer
+        const std::string_view text(reinterpret_cast<const char*>(buffer.data()), std::min(size, buffer.size()));
+        if (is_bye(text)) {
             w.leave(from);
-        else
-            w.heard_from(from, clock::now());
+            continue;
+        }
+        const clock::time_point now = clock::now();
+        if (w.heard_from(from, now) != world::heard::refused) continue;
+        // Never more bytes out than in, and rate-limited: see the protocol.
+        if (size < refusal.size() || !limiter.allow(from, now)) continue;
+        if (result<std::size_t> sent = co_await socket.send_to(std::as_bytes(std::span(refusal)), from, stop); !sent) {
+            if (sent.error() == std::errc::operation_canceled) co_return;
+            spdlog::debug("refusal to {}: {}", from.to_string(), sent.error().message());
+        }
     }
 }
 
@@ -189,27 +322,110 @@ std::array<std::byte, snapshot_size> encode_snapshot(std::uint64_t frame, std::u
     return out;
 }
 
-struct recipient {
-    net::address to;
-    std::uint32_t id;
+/// One frame's snapshots and their sending, with sendmmsg(2) on the socket's
+/// descriptor: one system call per slice of datagrams instead of one per
+/// datagram (the runtime has no batched send; its send_to is a sendmsg each).
+/// The buffers are kept from frame to frame, so once the number of clients
+/// stops growing a frame allocates nothing.
+class outbox {
+public:
+    enum class progress { done, more, blocked };
+
+    /// One snapshot for each client of `w`, for the frame that began at
+    /// `frame_start`. The addresses are copied: the world may change (a
+    /// client joins, leaves) while the snapshots are still being sent.
+    void fill(const world& w, clock::time_point frame_start) {
+        const std::size_t n = w.clients().size();
+        const auto count = static_cast<std::uint32_t>(n);
+        m_datagrams.resize(n);
+        m_to.resize(n);
+        m_iov.resize(n);
+        m_headers.resize(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const client& c = w.clients()[i];
+            m_datagrams[i] = encode_snapshot(w.frame(), count, c.id);
+            // UDP peers are IPv4 or IPv6: a sockaddr_in6 holds either.
+            const ::socklen_t size = std::min<::socklen_t>(c.from.size(), sizeof(::sockaddr_in6));
+            std::memcpy(&m_to[i], c.from.native(), size);
+            m_iov[i] = {m_datagrams[i].data(), m_datagrams[i].size()};
+            m_headers[i] = {};
+            m_headers[i].msg_hdr.msg_name = &m_to[i];
+            m_headers[i].msg_hdr.msg_namelen = size;
+            m_headers[i].msg_hdr.msg_iov = &m_iov[i];
+            m_headers[i].msg_hdr.msg_iovlen = 1;
+        }
+        m_next = 0;
+        m_started = frame_start;
+        m_finished.reset();
+    }
+
+    /// Hands the kernel at most `limit` more snapshots, without waiting:
+    /// done once every snapshot is sent (or dropped), blocked when the
+    /// socket's buffer is full.
+    progress send_some(int fd, std::size_t limit) {
+        const std::size_t end = std::min(m_headers.size(), m_next + limit);
+        while (m_next < end) {
+            const int n = ::sendmmsg(fd, m_headers.data() + m_next, static_cast<unsigned>(end - m_next),
+                                     MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n > 0) {
+                m_next += static_cast<std::size_t>(n);
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return progress::blocked;
+            // This one datagram cannot go (no kernel buffer, an address the
+            // route refuses): a lost datagram, as UDP may lose any. After a
+            // partial batch the kernel reports the error on the next call, so
+            // it is always the first of a call that is dropped.
+            spdlog::debug("snapshot {} of the frame: {}", m_next,
+                          std::generic_category().message(n < 0 ? errno : EIO));
+            ++m_next;
+        }
+        if (m_next < m_headers.size()) return progress::more;
+        if (!m_finished) m_finished = clock::now();
+        return progress::done;
+    }
+
+    /// From the frame's start until its last snapshot went to the kernel,
+    /// once it did.
+    std::optional<clock::duration> send_time() const noexcept {
+        if (!m_finished) return std::nullopt;
+        return *m_finished - m_started;
+    }
+
+private:
+    std::vector<std::array<std::byte, snapshot_size>> m_datagrams;
+    std::vector<::sockaddr_in6> m_to;
+    std::vector<::iovec> m_iov;
+    std::vector<::mmsghdr> m_headers;
+    std::size_t m_next = 0;  // the first header not yet sent
+    clock::time_point m_started;
+    std::optional<clock::time_point> m_finished;
 };
 
-/// The task owns its recipients: if a send has to wait, the world may change
-/// (a client leaves) before it goes on.
-task<void> broadcast(net::udp_socket& socket, std::uint64_t frame, std::vector<recipient> recipients) {
-    const auto count = static_cast<std::uint32_t>(recipients.size());
-    for (const recipient& r : recipients) {
-        const std::array<std::byte, snapshot_size> datagram = encode_snapshot(frame, count, r.id);
-        if (result<std::size_t> sent = co_await socket.send_to(datagram, r.to); !sent)
-            spdlog::debug("snapshot to client {}: {}", r.id, sent.error().message());
-    }
-}
+/// Snapshots per sendmmsg call, between which the task yields to the loop.
+/// On loopback the kernel spends about 2 us per datagram on the sending core
+/// (the receiving side's processing included: see docs/benchmarks.md), so a
+/// slice is some 70 us: the loop's other tasks and its I/O never wait longer.
+constexpr std::size_t send_slice = 32;
 
-std::vector<recipient> recipients_of(const world& w) {
-    std::vector<recipient> out;
-    out.reserve(w.clients().size());
-    for (const client& c : w.clients()) out.push_back({c.from, c.id});
-    return out;
+/// Sends the frame's snapshots a slice at a time, yielding between slices so
+/// a join or a "bye" is not kept waiting behind a thousand sends. The frame
+/// loop aborts it if it is still sending at the next frame, before `out` is
+/// filled again.
+task<void> send_snapshots(net::udp_socket& socket, outbox& out) {
+    for (;;) {
+        switch (out.send_some(socket.native_handle(), send_slice)) {
+            case outbox::progress::done: co_return;
+            case outbox::progress::more: co_await yield(); break;
+            case outbox::progress::blocked:
+                if (result<int> ready = co_await wait_writable(socket.native_handle()); !ready) {
+                    spdlog::debug("snapshots: {}", ready.error().message());
+                    co_return;
+                }
+                break;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -276,15 +492,45 @@ private:
     std::uint64_t m_max = 0;
 };
 
-struct frame_stats {
-    tick_histogram ticks;
-    std::uint64_t late = 0;
+/// The calling thread's CPU time and involuntary context switches: with the
+/// wall time, they tell a tick that worked long from one that waited for the
+/// CPU (on a busy machine, another process preempting the frame).
+struct thread_time {
+    std::chrono::nanoseconds cpu{};
+    long involuntary_switches = 0;
 
-    void print() const {
-        std::printf("spindle-game stats: frames=%llu mean_us=%.1f p50_us=%.1f p99_us=%.1f max_us=%.1f late=%llu\n",
-                    static_cast<unsigned long long>(ticks.count()), ticks.mean_ns() / 1e3,
+    static thread_time now() noexcept {
+        thread_time t;
+        ::timespec ts{};
+        if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+            t.cpu = std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+        ::rusage usage{};
+        if (::getrusage(RUSAGE_THREAD, &usage) == 0) t.involuntary_switches = usage.ru_nivcsw;
+        return t;
+    }
+};
+
+struct frame_stats {
+    tick_histogram ticks;     // wall time
+    tick_histogram tick_cpu;  // the thread's CPU time in the tick
+    tick_histogram sends;     // frame start to its last snapshot sent
+    std::uint64_t late = 0;
+    std::uint64_t preempted = 0;  // ticks in which the thread was switched out involuntarily
+    std::uint64_t unsent = 0;     // frames whose snapshots were not all sent by the next
+    std::uint64_t refused_before = 0;  // world::refused() when these stats began
+
+    /// `label` is "stats" or "interval" (see the top of this file).
+    void print(const char* label, const world& w) const {
+        std::printf("spindle-game %s: frames=%llu mean_us=%.1f p50_us=%.1f p99_us=%.1f max_us=%.1f late=%llu "
+                    "cpu_p50_us=%.1f cpu_p99_us=%.1f preempted=%llu "
+                    "send_p50_us=%.1f send_p99_us=%.1f send_max_us=%.1f unsent=%llu clients=%zu refused=%llu\n",
+                    label, static_cast<unsigned long long>(ticks.count()), ticks.mean_ns() / 1e3,
                     ticks.percentile_ns(0.50) / 1e3, ticks.percentile_ns(0.99) / 1e3, ticks.max_ns() / 1e3,
-                    static_cast<unsigned long long>(late));
+                    static_cast<unsigned long long>(late), tick_cpu.percentile_ns(0.50) / 1e3,
+                    tick_cpu.percentile_ns(0.99) / 1e3, static_cast<unsigned long long>(preempted),
+                    sends.percentile_ns(0.50) / 1e3, sends.percentile_ns(0.99) / 1e3, sends.max_ns() / 1e3,
+                    static_cast<unsigned long long>(unsent), w.clients().size(),
+                    static_cast<unsigned long long>(w.refused() - refused_before));
         std::fflush(stdout);
     }
 };
@@ -296,12 +542,19 @@ struct frame_stats {
 ///
 /// A frame is input, update, output. Input needs no step of its own: the
 /// datagrams are received by the loop while main waits for the frame (below).
-/// Update advances the world. Output spawns one task with the frame's
-/// snapshots, then one non-blocking tick, loop.poll(), runs it: each send goes
-/// out at once, and a send the kernel cannot take now parks its task instead
-/// of the frame (a still-unfinished broadcast is dropped at the next frame, its
-/// snapshot being stale by then). The tick time measured is update plus that
-/// tick, so the sends count against the frame's budget; the wait does not.
+/// Update advances the world. Output fills the outbox with the frame's
+/// snapshots and spawns the task that sends them. The loop runs it in the
+/// ticks of the wait that follows, a slice at a time, seeing to its other
+/// tasks and its I/O in between; a send the kernel cannot take now parks the
+/// task, never the frame. A send still unfinished at the next frame is
+/// dropped, its snapshots being stale by then (counted as unsent).
+///
+/// Two times are measured. The tick: update and output, the frame's own work
+/// on this thread, which decides whether the next frame can start on time and
+/// must stay well inside the period. The send: from the frame's start until
+/// its last snapshot went to the kernel, which grows with the clients (on
+/// loopback about 2 us each, the receivers' processing included, see
+/// docs/benchmarks.md) and must stay under the period. The wait is in neither.
 ///
 /// The wait is loop.run_once(time to the next frame) rather than
 /// std::this_thread::sleep_until: a join, a "bye" or a signal arriving
@@ -313,30 +566,70 @@ struct frame_stats {
 /// more than late_threshold after its due time is late; one that starts a whole
 /// period or more late restarts the schedule from itself, so a stall is not
 /// followed by a burst of catch-up frames sending stale snapshots.
-void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_token& stop, frame_stats& stats) {
+///
+/// With `stats_every` above zero, an "interval" line is printed that often,
+/// between frames (its output is not in any tick time).
+void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_token& stop, frame_stats& stats,
+                std::chrono::seconds stats_every) {
     clock::time_point anchor = clock::now();
     std::uint64_t index = 0;  // frames since anchor
     auto due = [&] { return anchor + std::chrono::duration_cast<clock::duration>(frame_period * index); };
-    join_handle<void> sending;
+    outbox out;
+    join_handle<void> sending;  // the current frame's send_snapshots
+    frame_stats interval;
+    clock::time_point interval_start = anchor;
 
     while (!stop.stop_requested()) {
         const clock::time_point start = clock::now();
+        const thread_time cpu_start = thread_time::now();
         const clock::duration lateness = start - due();
-        if (lateness > late_threshold) ++stats.late;
+        if (lateness > late_threshold) {
+            ++stats.late;
+            ++interval.late;
+        }
         if (lateness >= frame_period) {
             anchor = start;
             index = 0;
         }
 
-        w.advance(start);
-        if (sending.valid() && !sending.done()) {
-            spdlog::debug("frame {}: the previous snapshots are still waiting to be sent; dropped", w.frame());
-            sending.abort();
+        // The previous frame's snapshots: all sent (their time is counted), or
+        // still going and dropped now, before the outbox is filled again.
+        if (sending.valid()) {
+            if (!sending.done()) {
+                spdlog::debug("frame {}: the previous snapshots are still being sent; the rest dropped", w.frame());
+                sending.abort();
+            }
+            if (std::optional<clock::duration> sent = out.send_time()) {
+                stats.sends.add(*sent);
+                interval.sends.add(*sent);
+            } else {
+                ++stats.unsent;
+                ++interval.unsent;
+            }
+            sending = {};
         }
-        sending = w.clients().empty() ? join_handle<void>{}
-                                      : host.spawn(broadcast(socket, w.frame(), recipients_of(w)), "broadcast");
-        host.poll();
-        stats.ticks.add(clock::now() - start);
+
+        w.advance(start);
+        if (!w.clients().empty()) {
+            out.fill(w, start);
+            sending = host.spawn(send_snapshots(socket, out), "snapshots");
+        }
+        const thread_time cpu_end = thread_time::now();
+        const clock::duration tick = clock::now() - start;
+        const std::chrono::nanoseconds tick_cpu = cpu_end.cpu - cpu_start.cpu;
+        const bool preempted = cpu_end.involuntary_switches != cpu_start.involuntary_switches;
+        for (frame_stats* f : {&stats, &interval}) {
+            f->ticks.add(tick);
+            f->tick_cpu.add(tick_cpu);
+            if (preempted) ++f->preempted;
+        }
+
+        if (stats_every > clock::duration::zero() && start - interval_start >= stats_every) {
+            interval.print("interval", w);
+            interval = frame_stats{};
+            interval.refused_before = w.refused();
+            interval_start = start;
+        }
 
         ++index;
         const clock::time_point next = due();
@@ -349,7 +642,7 @@ void run_frames(loop& host, net::udp_socket& socket, world& w, const std::stop_t
     if (sending.valid() && !sending.done()) sending.abort();
 }
 
-int serve(const service_options& options) {
+int serve(const service_options& options, const game_options& game) {
     std::optional<loop> opened;
     if (!spindle::examples::open_loop(opened, loop_options{.backend = options.backend})) return 1;
     loop& host = *opened;
@@ -375,26 +668,52 @@ int serve(const service_options& options) {
     }
 
     std::stop_source stop;
-    world w;
+    world w(game.max_clients);
     join_handle<void> signals = host.spawn(examples::stop_on_signals(stop), "signals");
     join_handle<void> receiver = host.spawn(receive(*socket, w, stop.get_token()), "receive");
     std::printf("spindle-game listening on %s\n", bound->to_string().c_str());
     std::fflush(stdout);
 
     frame_stats stats;
-    run_frames(host, *socket, w, stop.get_token(), stats);
+    run_frames(host, *socket, w, stop.get_token(), stats, game.stats_every);
 
     // The receiver and the signal waits were given the stop token: they end
     // within a tick or two. Both reference locals of this function.
     while (!(receiver.done() && signals.done()) && host.run_once(100ms)) {
     }
-    stats.print();
+    stats.print("stats", w);
     return 0;
+}
+
+/// A whole decimal number in [lo, hi], or why not.
+std::string parse_number(std::string_view text, std::size_t lo, std::size_t hi, std::size_t& out) {
+    std::size_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && end == text.data() + text.size() && v >= lo && v <= hi) {
+        out = v;
+        return {};
+    }
+    return "not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    game_options game;
+    const std::string max_clients_help = "at most N clients joined, 1 to " + std::to_string(max_clients_limit) +
+                                         " (default " + std::to_string(game.max_clients) + "); others are told \"full\"";
+    const std::array flags{
+        examples::service_flag{"--max-clients", "N", max_clients_help,
+                               [&](std::string_view text) { return parse_number(text, 1, max_clients_limit, game.max_clients); }},
+        examples::service_flag{"--stats-every", "SECONDS",
+                               "also print tick-time statistics every SECONDS, 1 to 3600 (default: on exit only)",
+                               [&](std::string_view text) {
+                                   std::size_t seconds = 0;
+                                   std::string why = parse_number(text, 1, 3600, seconds);
+                                   game.stats_every = std::chrono::seconds(seconds);
+                                   return why;
+                               }},
+    };
     const service_options options = examples::parse_service_options(
         argc, argv,
         {.name = "spindle-game",
@@ -402,10 +721,13 @@ int main(int argc, char** argv) {
          .default_port = 7008,
          .extra_help = "\nClients join by sending any datagram, leave with \"bye\", and are dropped after 5 s of\n"
                        "silence. Each frame a client gets 16 bytes, big-endian: u64 frame, u32 client count,\n"
-                       "u32 its own id. On exit, tick-time statistics are printed to stdout.\n"});
+                       "u32 its own id. A datagram that would join a full server is answered (if it is 4 bytes\n"
+                       "or longer; at most once a second per address) with the 4 bytes \"full\". On exit,\n"
+                       "tick-time statistics are printed to stdout.\n",
+         .flags = flags});
 
     try {
-        return serve(options);
+        return serve(options, game);
     } catch (const std::exception& e) {
         // A backend not built in, or the loop's own resources failing.
         std::fprintf(stderr, "spindle-game: %s\n", e.what());
