@@ -6,30 +6,27 @@
 // process pinned to another: each side has a core of its own, and the
 // server's figures (its CPU time, its system calls) are its alone.
 
+#include "bench_support.hpp"
 #include "load.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fcntl.h>
 #include <optional>
-#include <poll.h>
 #include <sched.h>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
 using namespace spindle;
+using namespace spindle::bench;
 using namespace spindle::examples;
 
 namespace {
@@ -72,28 +69,8 @@ struct options {
     std::exit(status);
 }
 
-long number(std::string_view text, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
-        std::fprintf(stderr, "spindle-echo-bench: '%.*s' is not a number in %ld..%ld\n", static_cast<int>(text.size()),
-                     text.data(), lo, hi);
-        usage(stderr, 2);
-    }
-    return v;
-}
-
-// "a,b,,c" -> {"a", "b", "c"}
-std::vector<std::string> split(std::string_view text, char separator = ',') {
-    std::vector<std::string> parts;
-    for (;;) {
-        const auto at = text.find(separator);
-        if (at != 0 && !text.empty()) parts.emplace_back(text.substr(0, at));
-        if (at == std::string_view::npos) break;
-        text.remove_prefix(at + 1);
-    }
-    return parts;
-}
+// The name in its error messages, and the usage text after them.
+const program echo_bench{"spindle-echo-bench", usage};
 
 options parse(int argc, char** argv) {
     options o;
@@ -108,24 +85,18 @@ options parse(int argc, char** argv) {
         if (i + 1 >= argc) usage(stderr, 2);
         const std::string_view value = argv[++i];
         if (arg == "--backends") {
-            o.backends = split(value);
-            for (const std::string& b : o.backends) {
-                if (!backend_from_string(b)) {
-                    std::fprintf(stderr, "spindle-echo-bench: unknown backend '%s'\n", b.c_str());
-                    usage(stderr, 2);
-                }
-            }
+            o.backends = backend_list(echo_bench, value);
         } else if (arg == "--connections") {
-            o.connections = static_cast<int>(number(value, 1, 10000));
+            o.connections = static_cast<int>(number(echo_bench, value, 1, 10000));
         } else if (arg == "--size") {
-            o.size = static_cast<std::size_t>(number(value, 1, 1 << 20));
+            o.size = static_cast<std::size_t>(number(echo_bench, value, 1, 1 << 20));
         } else if (arg == "--depth") {
             o.depths.clear();
-            for (const std::string& d : split(value)) o.depths.push_back(static_cast<int>(number(d, 1, 1024)));
+            for (const std::string& d : split(value)) o.depths.push_back(static_cast<int>(number(echo_bench, d, 1, 1024)));
         } else if (arg == "--duration") {
-            o.duration_s = static_cast<int>(number(value, 1, 600));
+            o.duration_s = static_cast<int>(number(echo_bench, value, 1, 600));
         } else if (arg == "--rounds") {
-            o.rounds = static_cast<int>(number(value, 1, 100));
+            o.rounds = static_cast<int>(number(echo_bench, value, 1, 100));
         } else if (arg == "--server") {
             o.server = value;
         } else {
@@ -134,75 +105,6 @@ options parse(int argc, char** argv) {
     }
     if (o.backends.empty() || o.depths.empty()) usage(stderr, 2);
     return o;
-}
-
-// --- processes ----------------------------------------------------------------
-
-// Waits up to `limit` for `pid` to exit; kills it if it does not. Returns its
-// wait status, or nullopt if it had to be killed.
-std::optional<int> reap(pid_t pid, std::chrono::milliseconds limit, rusage* usage = nullptr) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    int status = 0;
-    for (;;) {
-        const pid_t r = ::wait4(pid, &status, WNOHANG, usage);
-        if (r == pid) return status;
-        if (r < 0 && errno != EINTR) return std::nullopt;
-        if (std::chrono::steady_clock::now() >= until) break;
-        ::usleep(5000);
-    }
-    ::kill(pid, SIGKILL);
-    ::wait4(pid, &status, 0, usage);
-    return std::nullopt;
-}
-
-struct server {
-    pid_t pid = -1;
-    std::uint16_t port = 0;
-};
-
-// Starts the echo server on a free loopback port, on `cpu` (or anywhere if
-// negative), and reads the port from the line it prints once it listens:
-// "spindle-echo listening on 127.0.0.1:PORT".
-std::optional<server> start_server(const options& o, const std::string& backend, int cpu) {
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-    const pid_t pid = ::fork();
-    if (pid < 0) return std::nullopt;
-    if (pid == 0) {
-        // Pin before exec, so the server never runs a single instruction on
-        // the load generator's core.
-        if (cpu >= 0) {
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(cpu, &set);
-            ::sched_setaffinity(0, sizeof set, &set);
-        }
-        ::dup2(out[1], STDOUT_FILENO);
-        ::execl(o.server.c_str(), o.server.c_str(), "--backend", backend.c_str(), "--host", "127.0.0.1", "--port", "0",
-                static_cast<char*>(nullptr));
-        std::fprintf(stderr, "cannot start %s: %s\n", o.server.c_str(), std::strerror(errno));
-        ::_exit(127);
-    }
-    ::close(out[1]);
-    // At most 10 s and 256 bytes for the line.
-    std::string line;
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (line.size() < 256 && std::chrono::steady_clock::now() < until) {
-        pollfd p{out[0], POLLIN, 0};
-        if (::poll(&p, 1, 100) <= 0) continue;
-        char c;
-        if (::read(out[0], &c, 1) != 1 || c == '\n') break;
-        line += c;
-    }
-    ::close(out[0]);
-    const auto colon = line.rfind(':');
-    if (line.find(" listening on ") == std::string::npos || colon == std::string::npos) {
-        std::fprintf(stderr, "%s --backend %s did not start (said: '%s')\n", o.server.c_str(), backend.c_str(), line.c_str());
-        ::kill(pid, SIGKILL);
-        reap(pid, 5s);
-        return std::nullopt;
-    }
-    return server{pid, static_cast<std::uint16_t>(std::atoi(line.c_str() + colon + 1))};
 }
 
 // --- counting the server's system calls --------------------------------------------
@@ -376,7 +278,9 @@ task<load_report> drive(load_options lo, syscall_counter* counter, count_tool to
 run_result run_one(const options& o, const std::string& backend, int depth, int server_cpu, count_tool tool,
                    const cpu_set_t& anywhere) {
     run_result r;
-    std::optional<server> s = start_server(o, backend, server_cpu);
+    // The server on a free loopback port, on its own core (or anywhere if
+    // server_cpu is negative).
+    std::optional<server_child> s = start_server(o.server, backend, spawn_options{.cpu = server_cpu});
     if (!s) return r;
 
     load_options lo;
@@ -422,10 +326,8 @@ run_result run_one(const options& o, const std::string& backend, int depth, int 
         }
     }
 
-    ::kill(s->pid, SIGTERM);
     rusage usage{};
-    const std::optional<int> status = reap(s->pid, 10s, &usage);
-    const bool clean = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+    const bool clean = exited_with_zero(stop_child(s->pid, SIGTERM, 10s, &usage));
     if (!clean) std::printf("  %s --backend %s did NOT exit with status 0 on SIGTERM\n", o.server.c_str(), backend.c_str());
     if (report.requests > 0) {
         const auto messages = static_cast<double>(report.requests);
@@ -437,13 +339,6 @@ run_result run_one(const options& o, const std::string& backend, int depth, int 
 }
 
 // --- reporting ---------------------------------------------------------------------
-
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 void print_run(int round, int depth, const std::string& backend, const run_result& r) {
     std::printf("round %d  depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  %llu errors"
@@ -463,25 +358,15 @@ int main(int argc, char** argv) {
     // SPINDLE_BACKEND would override the server's --backend (the child
     // inherits it) and the load generator's choice: the comparison would be
     // silently void.
-    if (const char* env = std::getenv("SPINDLE_BACKEND")) {
-        std::printf("note: ignoring SPINDLE_BACKEND=%s (each run names its backend)\n", env);
-        ::unsetenv("SPINDLE_BACKEND");
-    }
+    ignore_backend_override("each run names its backend");
 
     // Two cores of those we may use: the server on the first, the load on the second.
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    ::sched_getaffinity(0, sizeof allowed, &allowed);
-    std::vector<int> cpus;
-    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
-        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    const cpu_set_t allowed = allowed_cpus();
+    const std::vector<int> cpus = first_cpus(allowed, 2);
     int server_cpu = -1;
     if (cpus.size() >= 2) {
         server_cpu = cpus[0];
-        cpu_set_t mine;
-        CPU_ZERO(&mine);
-        CPU_SET(cpus[1], &mine);
-        ::sched_setaffinity(0, sizeof mine, &mine);
+        pin_to_cpu(cpus[1]);
         std::printf("server pinned to CPU %d, load generator to CPU %d\n", cpus[0], cpus[1]);
     } else {
         std::printf("only 1 core available: server and load generator run unpinned, sharing it\n");

@@ -9,34 +9,32 @@
 // at most 10,000 clients, 60 s windows, 20 windows and 20 rounds, and each
 // round has a deadline after which the server is killed.
 
+#include "bench_support.hpp"
+
 #include <spindle/net/udp.hpp>
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <optional>
-#include <poll.h>
-#include <sched.h>
 #include <string>
 #include <string_view>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
 using namespace spindle;
+using namespace spindle::bench;
 
 namespace {
 
@@ -88,27 +86,8 @@ struct options {
     std::exit(status);
 }
 
-long number(std::string_view text, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
-        std::fprintf(stderr, "spindle-game-bench: '%.*s' is not a number in %ld..%ld\n", static_cast<int>(text.size()),
-                     text.data(), lo, hi);
-        usage(stderr, 2);
-    }
-    return v;
-}
-
-std::vector<std::string> split(std::string_view text) {
-    std::vector<std::string> parts;
-    for (;;) {
-        const auto at = text.find(',');
-        if (at != 0 && !text.empty()) parts.emplace_back(text.substr(0, at));
-        if (at == std::string_view::npos) break;
-        text.remove_prefix(at + 1);
-    }
-    return parts;
-}
+// The name in its error messages, and the usage text after them.
+const program game_bench{"spindle-game-bench", usage};
 
 options parse(int argc, char** argv) {
     options o;
@@ -123,28 +102,22 @@ options parse(int argc, char** argv) {
         if (i + 1 >= argc) usage(stderr, 2);
         const std::string_view value = argv[++i];
         if (arg == "--clients") {
-            o.clients = number(value, 1, 10000);
+            o.clients = number(game_bench, value, 1, 10000);
         } else if (arg == "--max-clients") {
-            o.max_clients = number(value, 1, 16384);
+            o.max_clients = number(game_bench, value, 1, 16384);
         } else if (arg == "--window") {
-            o.window_s = number(value, 1, 60);
+            o.window_s = number(game_bench, value, 1, 60);
         } else if (arg == "--windows") {
-            o.windows = number(value, 1, 20);
+            o.windows = number(game_bench, value, 1, 20);
         } else if (arg == "--rounds") {
-            o.rounds = number(value, 1, 20);
+            o.rounds = number(game_bench, value, 1, 20);
         } else if (arg == "--input-hz") {
-            o.input_hz = number(value, 0, 60);
+            o.input_hz = number(game_bench, value, 0, 60);
         } else if (arg == "--read") {
             if (value != "batch" && value != "wake") usage(stderr, 2);
             o.batch_reads = value == "batch";
         } else if (arg == "--backends") {
-            o.backends = split(value);
-            for (const std::string& b : o.backends) {
-                if (!backend_from_string(b)) {
-                    std::fprintf(stderr, "spindle-game-bench: unknown backend '%s'\n", b.c_str());
-                    usage(stderr, 2);
-                }
-            }
+            o.backends = backend_list(game_bench, value);
         } else if (arg == "--server") {
             o.server = value;
         } else {
@@ -157,56 +130,18 @@ options parse(int argc, char** argv) {
 
 // --- the server ------------------------------------------------------------------
 
-// Waits up to `limit` for `pid` to exit; kills it if it does not. Returns its
-// wait status, or nullopt if it had to be killed.
-std::optional<int> reap(pid_t pid, std::chrono::milliseconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    int status = 0;
-    for (;;) {
-        const pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid) return status;
-        if (r < 0 && errno != EINTR) return std::nullopt;
-        if (std::chrono::steady_clock::now() >= until) break;
-        ::usleep(5000);
-    }
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    return std::nullopt;
-}
-
 /// The server process and the lines it prints, read by a task of the loop.
 class server_process {
 public:
     server_process(const options& o, const std::string& backend, int cpu) {
-        int out[2];
-        if (::pipe2(out, O_CLOEXEC | O_NONBLOCK) != 0) return;
-        std::vector<std::string> args{o.server,        "--backend", backend, "--host", "127.0.0.1", "--port", "0",
-                                      "--stats-every", std::to_string(o.window_s),
-                                      "--max-clients", std::to_string(o.max_clients)};
-        m_pid = ::fork();
-        if (m_pid < 0) {
-            ::close(out[0]);
-            ::close(out[1]);
-            return;
-        }
-        if (m_pid == 0) {
-            // Pinned before exec: the server never runs on the clients' core.
-            if (cpu >= 0) {
-                cpu_set_t set;
-                CPU_ZERO(&set);
-                CPU_SET(cpu, &set);
-                ::sched_setaffinity(0, sizeof set, &set);
-            }
-            ::dup2(out[1], STDOUT_FILENO);
-            std::vector<char*> argv;
-            for (std::string& a : args) argv.push_back(a.data());
-            argv.push_back(nullptr);
-            ::execv(argv[0], argv.data());
-            std::fprintf(stderr, "cannot start %s: %s\n", o.server.c_str(), std::strerror(errno));
-            ::_exit(127);
-        }
-        ::close(out[1]);
-        m_out = out[0];
+        // Its output is read by a task of the loop, so the pipe never blocks.
+        std::optional<spawned_child> child = spawn_with_output(
+            {o.server, "--backend", backend, "--host", "127.0.0.1", "--port", "0", "--stats-every",
+             std::to_string(o.window_s), "--max-clients", std::to_string(o.max_clients)},
+            spawn_options{.cpu = cpu, .nonblocking_output = true});
+        if (!child) return;
+        m_pid = child->pid;
+        m_out = child->output;
     }
     ~server_process() {
         if (m_pid > 0) reap(m_pid, 0ms);
@@ -240,10 +175,9 @@ public:
     /// SIGINT, then at most 10 s for the exit. True if it exited with status 0.
     bool stop() {
         if (m_pid <= 0) return false;
-        ::kill(m_pid, SIGINT);
-        const std::optional<int> status = reap(m_pid, 10s);
+        const std::optional<int> status = stop_child(m_pid, SIGINT, 10s);
         m_pid = -1;
-        return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+        return exited_with_zero(status);
     }
 
     std::vector<std::string> lines;
@@ -478,13 +412,11 @@ task<round_result> run_round(const options& o, const std::string& backend, int c
     const auto start_deadline = clock::now() + 10s;
     while (server.lines.empty() && clock::now() < start_deadline) co_await sleep_for(10ms);
     const std::string said = server.lines.empty() ? "" : server.lines.front();
-    const auto colon = said.rfind(':');
-    if (said.find(" listening on ") == std::string::npos || colon == std::string::npos) {
+    if (const std::optional<std::uint16_t> port = announced_port(said); !port) {
         std::printf("  %s --backend %s did not start (said: '%s')\n", o.server.c_str(), backend.c_str(), said.c_str());
     } else {
         const auto max_joined = static_cast<std::size_t>(o.max_clients);
-        const auto port = static_cast<std::uint16_t>(std::atoi(said.c_str() + colon + 1));
-        r = co_await drive(o, server, port, std::min(static_cast<std::size_t>(o.clients), max_joined));
+        r = co_await drive(o, server, *port, std::min(static_cast<std::size_t>(o.clients), max_joined));
     }
     const bool clean = server.stop();
     // The reader ends at end of file, once the server's last line is in;
@@ -501,21 +433,11 @@ task<round_result> run_round(const options& o, const std::string& backend, int c
     co_return r;
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     const options o = parse(argc, argv);
-    if (const char* env = std::getenv("SPINDLE_BACKEND")) {
-        std::printf("note: ignoring SPINDLE_BACKEND=%s (each run names its backend)\n", env);
-        ::unsetenv("SPINDLE_BACKEND");
-    }
+    ignore_backend_override("each run names its backend");
     rlimit files{};
     ::getrlimit(RLIMIT_NOFILE, &files);
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < static_cast<rlim_t>(o.clients) + 64) {
@@ -528,21 +450,13 @@ int main(int argc, char** argv) {
     }
 
     // Two cores of those we may use: the server on the first, the clients on the second.
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    ::sched_getaffinity(0, sizeof allowed, &allowed);
-    std::vector<int> cpus;
-    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
-        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    const std::vector<int> cpus = first_cpus(allowed_cpus(), 2);
     int server_cpu = -1;
     if (!o.pinned) {
         std::printf("server and clients unpinned\n");
     } else if (cpus.size() >= 2) {
         server_cpu = cpus[0];
-        cpu_set_t mine;
-        CPU_ZERO(&mine);
-        CPU_SET(cpus[1], &mine);
-        ::sched_setaffinity(0, sizeof mine, &mine);
+        pin_to_cpu(cpus[1]);
         std::printf("server pinned to CPU %d, clients to CPU %d\n", cpus[0], cpus[1]);
     } else {
         std::printf("only 1 core available: server and clients run unpinned, sharing it\n");

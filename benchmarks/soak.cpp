@@ -18,12 +18,13 @@
 // a server that exits, or a server that does not exit with status 0 on
 // SIGTERM at the end fails the run too.
 
+#include "bench_support.hpp"
+
 #include <spindle/net.hpp>
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -32,10 +33,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
-#include <fcntl.h>
 #include <memory>
 #include <optional>
-#include <poll.h>
 #include <random>
 #include <span>
 #include <string>
@@ -49,6 +48,7 @@
 
 using namespace std::chrono_literals;
 using namespace spindle;
+using namespace spindle::bench;
 
 namespace {
 
@@ -116,16 +116,8 @@ struct options {
     std::exit(status);
 }
 
-long number(std::string_view text, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
-        std::fprintf(stderr, "spindle-soak: '%.*s' is not a number in %ld..%ld\n", static_cast<int>(text.size()), text.data(), lo,
-                     hi);
-        usage(stderr, 2);
-    }
-    return v;
-}
+// The name in its error messages, and the usage text after them.
+const program soak_program{"spindle-soak", usage};
 
 std::string default_backend() {
     const std::string_view built = SPINDLE_BUILT_BACKENDS;
@@ -147,17 +139,14 @@ options parse(int argc, char** argv) {
             o.echo = value != "http";
             o.http = value != "echo";
         } else if (arg == "--backend" || arg == "--client-backend") {
-            if (!backend_from_string(value)) {
-                std::fprintf(stderr, "spindle-soak: unknown backend '%.*s'\n", static_cast<int>(value.size()), value.data());
-                usage(stderr, 2);
-            }
+            require_backend(soak_program, value);
             (arg == "--backend" ? o.backend : o.client_backend) = value;
         } else if (arg == "--duration") {
-            o.duration_s = static_cast<int>(number(value, 1, 86400));
+            o.duration_s = static_cast<int>(number(soak_program, value, 1, 86400));
         } else if (arg == "--warmup") {
-            o.warmup_s = static_cast<int>(number(value, 0, 86400));
+            o.warmup_s = static_cast<int>(number(soak_program, value, 0, 86400));
         } else if (arg == "--report-interval") {
-            o.report_s = static_cast<int>(number(value, 1, 3600));
+            o.report_s = static_cast<int>(number(soak_program, value, 1, 3600));
         } else if (arg == "--seed") {
             std::uint64_t v = 0;
             auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -165,16 +154,16 @@ options parse(int argc, char** argv) {
             o.seed = v;
             seeded = true;
         } else if (arg == "--connections") {
-            o.connections = static_cast<int>(number(value, 1, 1000));
+            o.connections = static_cast<int>(number(soak_program, value, 1, 1000));
         } else if (arg == "--fd-limit") {
-            o.fd_limit = static_cast<int>(number(value, 32, 4096));
+            o.fd_limit = static_cast<int>(number(soak_program, value, 32, 4096));
         } else if (arg == "--exhaust-every") {
-            o.exhaust_every_s = static_cast<int>(number(value, 5, 3600));
+            o.exhaust_every_s = static_cast<int>(number(soak_program, value, 5, 3600));
         } else if (arg == "--rss-tolerance") {
             const auto comma = value.find(',');
             if (comma == std::string_view::npos) usage(stderr, 2);
-            o.rss_tolerance_kib = static_cast<int>(number(value.substr(0, comma), 0, 1 << 20));
-            o.rss_tolerance_percent = static_cast<int>(number(value.substr(comma + 1), 0, 1000));
+            o.rss_tolerance_kib = static_cast<int>(number(soak_program, value.substr(0, comma), 0, 1 << 20));
+            o.rss_tolerance_percent = static_cast<int>(number(soak_program, value.substr(comma + 1), 0, 1000));
         } else if (arg == "--echo-server") {
             o.echo_server = value;
         } else if (arg == "--http-server") {
@@ -198,21 +187,6 @@ std::optional<int> exited(pid_t pid) {
     return std::nullopt;
 }
 
-/// Waits up to `limit` for `pid` to exit; kills it if it does not. Its wait
-/// status, or nullopt if it had to be killed.
-std::optional<int> reap(pid_t pid, std::chrono::milliseconds limit) {
-    const auto until = steady::now() + limit;
-    for (;;) {
-        if (std::optional<int> status = exited(pid)) return status;
-        if (steady::now() >= until) break;
-        ::usleep(5000);
-    }
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return std::nullopt;
-}
-
 std::string describe_status(int status) {
     char text[64];
     if (WIFEXITED(status))
@@ -222,51 +196,6 @@ std::string describe_status(int status) {
     else
         std::snprintf(text, sizeof text, "wait status %#x", status);
     return text;
-}
-
-struct process {
-    pid_t pid = -1;
-    std::uint16_t port = 0;
-};
-
-// Starts `path` on a free loopback port with `backend` and a soft
-// RLIMIT_NOFILE of `fd_limit`, and reads the port from the line it prints
-// once it listens: "NAME listening on 127.0.0.1:PORT".
-std::optional<process> start_server(const std::string& path, const std::string& backend, int fd_limit) {
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-    const pid_t pid = ::fork();
-    if (pid < 0) return std::nullopt;
-    if (pid == 0) {
-        rlimit lim{};
-        ::getrlimit(RLIMIT_NOFILE, &lim);
-        lim.rlim_cur = static_cast<rlim_t>(fd_limit);
-        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(126);
-        ::dup2(out[1], STDOUT_FILENO);
-        ::execl(path.c_str(), path.c_str(), "--backend", backend.c_str(), "--host", "127.0.0.1", "--port", "0",
-                static_cast<char*>(nullptr));
-        std::fprintf(stderr, "cannot start %s: %s\n", path.c_str(), std::strerror(errno));
-        ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string line;
-    const auto until = steady::now() + 10s;
-    while (line.size() < 256 && steady::now() < until) {
-        pollfd p{out[0], POLLIN, 0};
-        if (::poll(&p, 1, 100) <= 0) continue;
-        char c;
-        if (::read(out[0], &c, 1) != 1 || c == '\n') break;
-        line += c;
-    }
-    ::close(out[0]);
-    const auto colon = line.rfind(':');
-    if (line.find(" listening on ") == std::string::npos || colon == std::string::npos) {
-        std::fprintf(stderr, "%s --backend %s did not start (said: '%s')\n", path.c_str(), backend.c_str(), line.c_str());
-        ::kill(pid, SIGKILL);
-        reap(pid, 5s);
-        return std::nullopt;
-    }
-    return process{pid, static_cast<std::uint16_t>(std::atoi(line.c_str() + colon + 1))};
 }
 
 /// Open descriptors of `pid` (entries of /proc/PID/fd), or -1.
@@ -368,7 +297,7 @@ enum class protocol : std::uint8_t { echo, http };
 struct target {
     std::string name;
     protocol proto;
-    process proc;
+    server_child proc;
     net::address address;
     counters count;
     std::mt19937_64 rng;  // the bursts' times and sizes
@@ -1072,10 +1001,7 @@ void print_summary(const target& t) {
 int main(int argc, char** argv) {
     const options o = parse(argc, argv);
     // SPINDLE_BACKEND would override the servers' --backend (they inherit it).
-    if (const char* env = std::getenv("SPINDLE_BACKEND")) {
-        std::printf("note: ignoring SPINDLE_BACKEND=%s (--backend names the servers' backend)\n", env);
-        ::unsetenv("SPINDLE_BACKEND");
-    }
+    ignore_backend_override("--backend names the servers' backend");
     // The bursts hold hundreds of connections per server on this side.
     rlimit lim{};
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
@@ -1093,7 +1019,8 @@ int main(int argc, char** argv) {
 
     std::mt19937_64 seeds(o.seed ^ 0x5eed5eed5eed5eedull);
     auto add = [&](const std::string& name, protocol proto, const std::string& path) {
-        std::optional<process> p = start_server(path, o.backend, o.fd_limit);
+        // A small descriptor limit, so that the bursts run the server out of them.
+        std::optional<server_child> p = start_server(path, o.backend, spawn_options{.fd_limit = o.fd_limit});
         if (!p) return false;
         auto t = std::make_unique<target>();
         t->name = name;
@@ -1126,8 +1053,7 @@ int main(int argc, char** argv) {
     // Every server must stop cleanly on SIGTERM.
     for (auto& t : run.targets) {
         if (t->exit_status) continue;
-        ::kill(t->proc.pid, SIGTERM);
-        const std::optional<int> status = reap(t->proc.pid, 10s);
+        const std::optional<int> status = stop_child(t->proc.pid, SIGTERM, 10s);
         if (!status)
             run.failures.push_back(t->name + " did not exit within 10 s of SIGTERM (killed)");
         else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
