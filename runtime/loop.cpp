@@ -11,6 +11,7 @@
 #include <spindle/timer.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,8 @@ task_header* running_task(const loop_core& core) noexcept { return core.running_
 
 void schedule(task_header& task) noexcept { task.m_loop->schedule(task); }
 
+bool spend_budget() noexcept { return !t_current || t_current->spend_budget(); }
+
 void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns) { core.timers().insert(node, deadline_ns); }
 void disarm_timer(loop_core& core, timer_node& node) noexcept {
     if (node.armed()) core.timers().cancel(node);
@@ -156,6 +159,7 @@ loop_core::loop_core(loop& owner, loop_options options)
     if (m_options.event_interval == 0) m_options.event_interval = 1;
     if (m_options.resume_budget == 0) m_options.resume_budget = 1;
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
+    m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
     m_recent_ns = m_virtual_ns = steady_ns();
@@ -330,6 +334,7 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     m_batch.splice_back(m_ready);
     while (task_header* t = m_batch.pop_front()) {
         m_running = t;
+        m_budget = m_full_budget;
         ++m_resumes_since_poll;
         t->m_resume.resume();  // `t` may be freed when this returns
     }

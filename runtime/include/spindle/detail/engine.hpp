@@ -34,6 +34,10 @@ loop& loop_of(loop_core& core) noexcept;
 
 /// Makes a parked task ready; it resumes in a later tick, never inline.
 void schedule(task_header& task) noexcept;
+/// An operation of the running task completed without waiting: spends one
+/// unit of its budget (loop_options::task_budget). False when none is left:
+/// the task must go to the back of the ready queue before it goes on.
+bool spend_budget() noexcept;
 
 /// Arms `node` (not armed) to fire at `deadline_ns` on the loop's clock;
 /// (deadline, insertion) order, never early.
