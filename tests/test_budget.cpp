@@ -9,6 +9,8 @@
 #include <spindle/channel.hpp>
 #include <spindle/io.hpp>
 #include <spindle/semaphore.hpp>
+#include <spindle/signal.hpp>
+#include <spindle/timeout.hpp>
 #include <spindle/sleep.hpp>
 
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -227,4 +230,32 @@ TEST_CASE("budget: what a ready operation took goes back when its task dies at t
         doomed.abort();
         CHECK(sem.available() == 1);  // the second came back
     }
+}
+
+TEST_CASE("budget: a pending signal taken by a task that dies at the back of the queue is pending again",
+          "[budget][signals][lifetime]") {
+    loop l(budget_of(1));
+    // Catch SIGUSR2 (a wait that times out), then let one arrive with nobody waiting.
+    auto catcher = l.spawn([]() -> task<void> {
+        (void)co_await spindle::with_timeout(1ms, spindle::wait_signal(SIGUSR2));
+    }());
+    REQUIRE(spindle::test::run_until(l, [&] { return catcher.done(); }));
+    REQUIRE(::kill(::getpid(), SIGUSR2) == 0);
+    spindle::test::settle(l);
+    bool saw_it = false;
+    auto doomed = l.spawn([](bool& saw) -> task<void> {
+        (void)co_await spindle::consume_budget();   // the only unit
+        (void)co_await spindle::wait_signal(SIGUSR2);  // pending: taken, and the task queued again
+        saw = true;
+    }(saw_it));
+    l.run_once(0ns);
+    doomed.abort();
+    CHECK_FALSE(saw_it);
+    int got = 0;
+    auto second = l.spawn([](int& out) -> task<void> {
+        auto r = co_await spindle::with_timeout(2s, spindle::wait_signal(SIGUSR2));
+        out = r ? *r : -1;
+    }(got));
+    REQUIRE(spindle::test::run_until(l, [&] { return second.done(); }));
+    CHECK(got == SIGUSR2);  // still pending, not lost
 }
