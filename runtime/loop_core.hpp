@@ -47,14 +47,8 @@ public:
     void abort_task(task_header& t);
     void cancel_task(task_header& t) noexcept;
     task_header* running_task() const noexcept { return m_running; }
-    /// One operation of the running task completed without waiting: false
-    /// when its budget is spent and the task must go to the back of the queue.
-    bool spend_budget() noexcept {
-        if (!m_running || m_running->m_unbudgeted) return true;
-        if (m_budget == 0) return false;
-        --m_budget;
-        return true;
-    }
+    /// A task's budget at the start of each turn (loop_options::task_budget).
+    std::uint32_t full_budget() const noexcept { return m_full_budget; }
     std::size_t task_count() const noexcept { return m_task_count; }
     const intrusive_list<task_header, all_tag>& all_tasks() const noexcept { return m_all; }
     void add_idle_waiter(idle_wait& w) noexcept { m_idle.push_back(w); }
@@ -98,8 +92,6 @@ private:
     intrusive_list<task_header, ready_tag> m_batch;
     intrusive_list<task_header, all_tag> m_all;
     task_header* m_running = nullptr;
-    /// What the running task may still complete without waiting (task_budget).
-    std::uint32_t m_budget = 0;
     std::uint32_t m_full_budget = 0;
     const task_header* m_awaited = nullptr;  // block_on's task
     std::size_t m_task_count = 0;

@@ -49,7 +49,10 @@ public:
     budget_exempt_scope() : m_task(&detail::current_task()), m_previous(m_task->m_unbudgeted) {
         m_task->m_unbudgeted = true;
     }
-    ~budget_exempt_scope() { m_task->m_unbudgeted = m_previous; }
+    ~budget_exempt_scope() {
+        m_task->m_unbudgeted = m_previous;
+        if (!m_previous) detail::refill_budget();
+    }
     budget_exempt_scope(const budget_exempt_scope&) = delete;
     budget_exempt_scope& operator=(const budget_exempt_scope&) = delete;
 
