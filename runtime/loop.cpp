@@ -11,6 +11,7 @@
 #include <spindle/timer.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,17 @@ task_header* running_task(const loop_core& core) noexcept { return core.running_
 
 void schedule(task_header& task) noexcept { task.m_loop->schedule(task); }
 
+void refill_budget() noexcept {
+    if (t_current) t_budget = t_current->full_budget();
+}
+
+bool budget_exempt() noexcept {
+    const task_header* t = current_task_or_null();
+    if (!t || !t->m_unbudgeted) return false;
+    refill_budget();
+    return true;
+}
+
 void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns) { core.timers().insert(node, deadline_ns); }
 void disarm_timer(loop_core& core, timer_node& node) noexcept {
     if (node.armed()) core.timers().cancel(node);
@@ -156,6 +168,7 @@ loop_core::loop_core(loop& owner, loop_options options)
     if (m_options.event_interval == 0) m_options.event_interval = 1;
     if (m_options.resume_budget == 0) m_options.resume_budget = 1;
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
+    m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
     m_recent_ns = m_virtual_ns = steady_ns();
@@ -328,12 +341,17 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     // 1. Swapping the queue out first is what keeps a task that yields in a
     //    loop from running twice in one tick and starving the others.
     m_batch.splice_back(m_ready);
+    // A loop may be driven from inside another's task: keep that task's budget.
+    const std::uint32_t outer_budget = t_budget;
+    const std::uint32_t full_budget = m_full_budget;
     while (task_header* t = m_batch.pop_front()) {
         m_running = t;
+        t_budget = full_budget;
         ++m_resumes_since_poll;
         t->m_resume.resume();  // `t` may be freed when this returns
     }
     m_running = nullptr;
+    t_budget = outer_budget;
     ++m_ticks_since_poll;
 
     // 2.

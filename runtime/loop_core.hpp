@@ -47,6 +47,8 @@ public:
     void abort_task(task_header& t);
     void cancel_task(task_header& t) noexcept;
     task_header* running_task() const noexcept { return m_running; }
+    /// A task's budget at the start of each turn (loop_options::task_budget).
+    std::uint32_t full_budget() const noexcept { return m_full_budget; }
     std::size_t task_count() const noexcept { return m_task_count; }
     const intrusive_list<task_header, all_tag>& all_tasks() const noexcept { return m_all; }
     void add_idle_waiter(idle_wait& w) noexcept { m_idle.push_back(w); }
@@ -90,6 +92,7 @@ private:
     intrusive_list<task_header, ready_tag> m_batch;
     intrusive_list<task_header, all_tag> m_all;
     task_header* m_running = nullptr;
+    std::uint32_t m_full_budget = 0;
     const task_header* m_awaited = nullptr;  // block_on's task
     std::size_t m_task_count = 0;
     std::uint64_t m_next_task_id = 1;

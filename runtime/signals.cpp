@@ -50,6 +50,8 @@ bool signal_service::take_pending(int signo) noexcept {
     return true;
 }
 
+void signal_service::give_back(int signo) noexcept { on_signal(this, signo); }
+
 void signal_service::add_waiter(signal_wait& w) { slot_of(w.signo()).waiters.push_back(w); }
 
 void signal_service::on_ready(reactor::operation& op) noexcept {
@@ -61,7 +63,7 @@ void signal_service::on_ready(reactor::operation& op) noexcept {
     }
 }
 
-void signal_service::on_signal(void* ctx, int signo) {
+void signal_service::on_signal(void* ctx, int signo) noexcept {
     auto* self = static_cast<signal_service*>(ctx);
     if (signo <= 0 || signo > max_signal) return;
     slot& s = self->m_slots[static_cast<std::size_t>(signo)];
@@ -88,6 +90,8 @@ bool take_pending_signal(loop_core& core, int signo) noexcept {
 }
 
 void add_signal_waiter(loop_core& core, signal_wait& w) { core.signals().add_waiter(w); }
+
+void give_back_signal(loop_core& core, int signo) noexcept { core.signals().give_back(signo); }
 
 }  // namespace spindle::detail
 

@@ -27,6 +27,8 @@ public:
 
     void catch_signal(int signo);
     bool take_pending(int signo) noexcept;
+    /// A signal taken from pending that nobody saw: to the waiters, or pending.
+    void give_back(int signo) noexcept;
     void add_waiter(signal_wait& w);
 
 private:
@@ -42,7 +44,7 @@ private:
 
     slot& slot_of(int signo);
     static void on_ready(reactor::operation& op) noexcept;
-    static void on_signal(void* self, int signo);
+    static void on_signal(void* self, int signo) noexcept;
 
     loop_core& m_core;
     std::unique_ptr<reactor::signal_source> m_source;

@@ -486,7 +486,13 @@ public:
         // nobody is waiting to send.
         if (!ch.m_buffer.empty()) {
             ch.take_front(this->m_value);
+            // Listed as handed, with its age, like a value given to a parked
+            // receiver: if the task dies before it sees the value (sent to
+            // the back of the ready queue, its budget spent), on_discard
+            // puts it back where it was.
             this->m_state = state::received;
+            this->m_ticket = ch.m_next_ticket++;
+            ch.m_handed.push_back(*this);
             return true;
         }
         if (ch.m_closed) {

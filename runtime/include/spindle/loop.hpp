@@ -34,6 +34,13 @@ struct loop_options {
     unsigned event_interval = 61;
     /// ... or after this many task resumptions, whichever comes first.
     unsigned resume_budget = 512;
+    /// A task's budget of operations that complete without waiting (a read
+    /// that finds data, a channel value already there, a free mutex, a line
+    /// already buffered): each spends one unit; with none left, the next such
+    /// operation sends the task to the back of the ready queue, its result
+    /// kept, and the budget is refilled when the task next runs. So a task
+    /// whose operations are always ready cannot hold the loop. 0: no budget.
+    unsigned task_budget = 128;
     /// Idle waiters resumed per tick at most.
     unsigned idle_batch = 16;
     /// The loop wakes for timers on a grid of this step: timers due within one

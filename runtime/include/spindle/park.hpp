@@ -38,6 +38,12 @@
 /// its timestamp, resumption through the loop (never inline), and the order of
 /// withdrawal when the frame goes away.
 ///
+/// A wait that completes without waiting (ready() true, or complete() called
+/// from on_park()) spends one unit of the task's budget
+/// (loop_options::task_budget); with none left, the task goes to the back of
+/// the ready queue before it sees the result, so a task whose operations are
+/// always ready cannot hold the loop.
+///
 /// A cancellable wait whose task is cancelled already (a stopped token, an
 /// expired with_timeout, join_handle::cancel) completes with
 /// operation_canceled before anything starts, even if it would not have had
@@ -108,7 +114,9 @@ protected:
 private:
     template <class>
     friend class parked;
-    enum class state : std::uint8_t { idle, parking, parked, done, resumed };
+    // requeued: done without waiting, and sent to the back of the ready
+    // queue because the task's budget was spent.
+    enum class state : std::uint8_t { idle, parking, parked, done, requeued, resumed };
 
     detail::task_header* m_wait_task = nullptr;
     state m_wait_state = state::idle;
@@ -176,7 +184,7 @@ public:
             // The frame is destroyed while parked: withdraw, wake nobody.
             detail::unmark_parked(*this->m_wait_task);
             Wait::on_abandon();
-        } else if (this->m_wait_state == state::done) {
+        } else if (this->m_wait_state == state::done || this->m_wait_state == state::requeued) {
             // Completed, but the task will never see the result.
             if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
         }
@@ -196,7 +204,10 @@ public:
         if constexpr (detail::wait_with_ready<Wait>) {
             if (Wait::ready()) {
                 this->m_wait_state = state::done;
-                return true;
+                // Done without waiting: that spends the task's budget. With
+                // none left, the task still goes to the back of the ready
+                // queue (await_suspend), its result kept for when it returns.
+                return detail::spend_budget();
             }
         }
         return false;
@@ -206,6 +217,12 @@ public:
         detail::task_header& t = detail::current_task();
         this->m_wait_task = &t;
         t.m_resume = h;
+        if (this->m_wait_state == state::done) {
+            // Completed in await_ready, with the task's budget spent.
+            this->m_wait_state = state::requeued;
+            detail::schedule(t);
+            return true;
+        }
         this->m_wait_state = state::parking;
         try {
             Wait::on_park();
@@ -213,7 +230,13 @@ public:
             this->m_wait_state = state::idle;
             throw;
         }
-        if (this->m_wait_state == state::done) return false;  // completed at once
+        if (this->m_wait_state == state::done) {
+            // Completed at once: as in await_ready, that spends the budget.
+            if (detail::spend_budget()) return false;
+            this->m_wait_state = state::requeued;
+            detail::schedule(t);
+            return true;
+        }
         this->m_wait_state = state::parked;
         detail::mark_parked(t, &info, this);
         if constexpr (cancellable) {
@@ -227,6 +250,10 @@ public:
     decltype(auto) await_resume() {
         if (this->m_wait_state == state::parked || this->m_wait_state == state::done) {
             if (this->m_wait_task) detail::unmark_parked(*this->m_wait_task);
+        } else if (this->m_wait_state == state::requeued) {
+            // The operation that found the budget spent is the first of the
+            // task's new turn.
+            detail::spend_budget();
         }
         this->m_wait_state = state::resumed;
         if constexpr (cancellable) m_stop.reset();

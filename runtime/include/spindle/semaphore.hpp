@@ -87,7 +87,12 @@ class semaphore_wait : public waiter, public list_hook<> {
 public:
     semaphore_wait(semaphore& s, std::size_t n) noexcept : m_semaphore(&s), m_count(n) {}
 
-    bool ready() noexcept { return m_semaphore->try_acquire(m_count); }
+    /// Permits taken here are given back by on_discard too: the task may go
+    /// to the back of the ready queue (its budget spent) and die there.
+    bool ready() noexcept {
+        m_granted = m_semaphore->try_acquire(m_count);
+        return m_granted;
+    }
     void on_park() noexcept { m_semaphore->m_waiters.push_back(*this); }
     /// Only a queued waiter can be cancelled; one that got its permits keeps them.
     void on_cancel() noexcept {

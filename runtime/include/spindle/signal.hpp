@@ -25,6 +25,8 @@ class signal_wait;
 // The loop's signal service (runtime/signals.cpp).
 void catch_signal(loop_core& core, int signo);
 bool take_pending_signal(loop_core& core, int signo) noexcept;
+/// A pending signal taken by a wait that nobody will see: pending again.
+void give_back_signal(loop_core& core, int signo) noexcept;
 void add_signal_waiter(loop_core& core, signal_wait& w);
 
 class signal_wait : public queued_wait {
@@ -41,7 +43,14 @@ public:
             m_error = e.code();
             return true;
         }
-        return take_pending_signal(core, m_signo);
+        if (!take_pending_signal(core, m_signo)) return false;
+        m_took_pending = &core;
+        return true;
+    }
+    /// Took a pending signal and was destroyed before its task saw it (sent
+    /// to the back of the ready queue, its budget spent): pending again.
+    void on_discard() noexcept {
+        if (m_took_pending) give_back_signal(*m_took_pending, m_signo);
     }
     void on_park() { add_signal_waiter(core(), *this); }
     void describe(std::string& out) const {
@@ -59,6 +68,7 @@ public:
 private:
     int m_signo;
     std::error_code m_error;
+    loop_core* m_took_pending = nullptr;
 };
 
 using signal_awaiter = parked<signal_wait>;

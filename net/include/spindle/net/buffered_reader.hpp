@@ -8,6 +8,7 @@
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/stream.hpp>
+#include <spindle/budget.hpp>
 #include <spindle/task.hpp>
 
 #include <cstddef>
@@ -75,7 +76,13 @@ public:
     /// until the next call on this reader. line_too_long when `max` bytes
     /// arrive without a delimiter (they stay buffered); end_of_stream when the
     /// peer closes first (what arrived stays in buffered()).
+    ///
+    /// Served from the buffer, a call still spends the task's budget and
+    /// stops a cancelled task (spindle/budget.hpp), as a read would.
     task<result<std::string_view>> read_until(std::string_view delimiter, std::size_t max, std::stop_token token = {}) {
+        if (!m_buffer.buffered().empty()) {
+            if (std::error_code ec = co_await consume_budget(token)) co_return ec;
+        }
         m_buffer.restart_search();
         for (;;) {
             if (std::optional<result<std::string_view>> found = m_buffer.find_line(delimiter, max)) co_return *found;
@@ -91,6 +98,9 @@ public:
     /// Fills `out` from the buffer, then from the stream; end_of_stream when
     /// the peer closes first.
     task<result<void>> read_exact(std::span<std::byte> out, std::stop_token token = {}) {
+        if (!m_buffer.buffered().empty()) {
+            if (std::error_code ec = co_await consume_budget(token)) co_return ec;
+        }
         out = out.subspan(m_buffer.take(out));
         while (!out.empty()) {
             result<std::size_t> n = co_await m_stream->read_some(out, token);

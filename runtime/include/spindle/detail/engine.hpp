@@ -5,6 +5,7 @@
 // type, so an awaiter's header does not pull in the loop.
 
 #include <cstdint>
+#include <limits>
 
 namespace spindle {
 class loop;
@@ -34,6 +35,27 @@ loop& loop_of(loop_core& core) noexcept;
 
 /// Makes a parked task ready; it resumes in a later tick, never inline.
 void schedule(task_header& task) noexcept;
+/// What the running task may still complete without waiting: its budget
+/// (loop_options::task_budget), set by the loop each time it resumes a task;
+/// unlimited outside tasks. Per thread, like the running task, and read
+/// inline: it is spent on the fastest paths.
+constinit inline thread_local std::uint32_t t_budget = std::numeric_limits<std::uint32_t>::max();
+
+/// The budget ran out: true (with a new budget) when the running task is in
+/// a budget_exempt_scope.
+bool budget_exempt() noexcept;
+
+/// An operation of the running task completed without waiting: spends one
+/// unit of its budget. False when none is left: the task must go to the back
+/// of the ready queue before it goes on.
+inline bool spend_budget() noexcept {
+    if (t_budget == 0 && !budget_exempt()) return false;
+    --t_budget;
+    return true;
+}
+/// A full budget for the rest of the running task's turn (the end of a
+/// budget_exempt_scope).
+void refill_budget() noexcept;
 
 /// Arms `node` (not armed) to fire at `deadline_ns` on the loop's clock;
 /// (deadline, insertion) order, never early.

@@ -58,6 +58,8 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     bool m_observed = false;
     /// join_handle::cancel() was called: every wait from now on is cancelled.
     bool m_cancel_requested = false;
+    /// Inside a budget_exempt_scope: ready operations spend no budget.
+    bool m_unbudgeted = false;
     /// Moves the result out of the finished frame, then destroys the frame.
     void (*m_finish)(task_header&) noexcept = nullptr;
     void (*m_delete)(task_header&) noexcept = nullptr;
