@@ -20,6 +20,7 @@
 #include <array>
 #include <csignal>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -229,6 +230,24 @@ TEST_CASE("budget: what a ready operation took goes back when its task dies at t
         REQUIRE(acquired == 1);
         doomed.abort();
         CHECK(sem.available() == 1);  // the second came back
+    }
+    SECTION("a semaphore destroyed while the task that took permits waits at the back of the queue") {
+        auto sem = std::make_unique<spindle::semaphore>(2);
+        int acquired = 0;
+        std::error_code last;
+        auto waiting = l.spawn([](spindle::semaphore& s, int& n, std::error_code& out) -> task<void> {
+            for (;;) {
+                out = co_await s.acquire();
+                if (out) co_return;
+                ++n;
+            }
+        }(*sem, acquired, last));
+        l.run_once(0ns);  // the second permit taken, the task queued again
+        REQUIRE(acquired == 1);
+        sem.reset();  // forgets the waiter: nothing touches the freed semaphore (ASan)
+        REQUIRE(spindle::test::run_until(l, [&] { return waiting.done(); }));
+        CHECK(acquired == 1);
+        CHECK(last == std::errc::operation_canceled);  // the permits went with the semaphore
     }
 }
 

@@ -21,8 +21,8 @@ public:
     loop_thread(const loop_thread&) = delete;
     loop_thread& operator=(const loop_thread&) = delete;
 
-    /// Use from other threads only through post() and spawn(); valid until
-    /// join().
+    /// Use from other threads only through post() and spawn(). This, post()
+    /// and spawn() are valid until join(): the loop is gone after it.
     loop& get() noexcept { return *m_loop; }
 
     template <class F>

@@ -87,10 +87,13 @@ class semaphore_wait : public waiter, public list_hook<> {
 public:
     semaphore_wait(semaphore& s, std::size_t n) noexcept : m_semaphore(&s), m_count(n) {}
 
-    /// Permits taken here are given back by on_discard too: the task may go
-    /// to the back of the ready queue (its budget spent) and die there.
+    /// Permits taken here are listed as granted, like those granted to a
+    /// parked waiter: the task may go to the back of the ready queue (its
+    /// budget spent) and die there (on_discard gives them back), or the
+    /// semaphore may be destroyed meanwhile (it forgets this waiter).
     bool ready() noexcept {
         m_granted = m_semaphore->try_acquire(m_count);
+        if (m_granted) m_semaphore->m_granted.push_back(*this);
         return m_granted;
     }
     void on_park() noexcept { m_semaphore->m_waiters.push_back(*this); }
