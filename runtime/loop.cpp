@@ -23,6 +23,10 @@ namespace {
 
 thread_local detail::loop_core* t_current = nullptr;
 
+// While resumes are short, the clock is read for the poll interval after
+// every this many: a clock read costs about as much as a yield.
+constexpr unsigned check_every = 16;
+
 // Makes `core` the current loop for a scope: awaitables find their loop and
 // task through it. Nested scopes (a loop driven from inside another's task) restore.
 class current_scope {
@@ -165,13 +169,15 @@ void idle_wait::on_park() { core().add_idle_waiter(*this); }
 
 loop_core::loop_core(loop& owner, loop_options options)
     : m_owner(owner), m_options(options), m_backend(open_backend(options.backend)), m_watchers(*this) {
-    if (m_options.event_interval == 0) m_options.event_interval = 1;
-    if (m_options.resume_budget == 0) m_options.resume_budget = 1;
+    m_poll_interval_ns = std::max<std::int64_t>(0, m_options.poll_interval.count());
+    // Resumes are taken for long until measured short: the clock is read
+    // after each of the first few dozen, never after 16 long ones.
+    m_resume_ns = std::max<std::int64_t>(m_poll_interval_ns, 1);
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
     m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
-    m_recent_ns = m_virtual_ns = steady_ns();
+    m_recent_ns = m_virtual_ns = m_last_poll_real_ns = m_last_check_real_ns = steady_ns();
 }
 
 loop_core::~loop_core() { shutdown(); }
@@ -331,7 +337,7 @@ void loop_core::hold_release() noexcept {
 // A tick, in order (docs/architecture.md):
 //  1. resume each task that was ready when the tick began, exactly once;
 //  2. run posted callbacks (immediate work, before any timer);
-//  3. poll the OS (at a bounded interval while tasks stay ready), dispatch watchers;
+//  3. poll the OS (at least every poll_interval while tasks stay ready), dispatch watchers;
 //  4. fire expired timers in (deadline, insertion) order;
 //  5. wake a bounded batch of idle waiters if nothing else is ready.
 void loop_core::tick(std::chrono::nanoseconds max_wait) {
@@ -347,34 +353,40 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     while (task_header* t = m_batch.pop_front()) {
         m_running = t;
         t_budget = full_budget;
-        ++m_resumes_since_poll;
         t->m_resume.resume();  // `t` may be freed when this returns
+        if (--m_resumes_until_check == 0) [[unlikely]] {
+            m_running = nullptr;
+            check_poll_interval();
+        }
     }
     m_running = nullptr;
     t_budget = outer_budget;
-    ++m_ticks_since_poll;
 
     // 2.
     run_posts();
 
-    // 3. A zero-timeout poll is still a syscall; while tasks are ready, skip it
-    //    unless the interval or the resume budget ran out, so I/O and timers
-    //    are looked at a bounded number of task switches apart.
+    // 3. While tasks are ready, the OS is looked at only when the poll
+    //    interval ran out (then already, in the middle of step 1): a
+    //    zero-timeout poll is a syscall, more than fifty yields cost. A host
+    //    driving the loop with poll() ticks rarely: it reads the clock each time.
     const bool busy = !m_ready.empty();
-    if (busy && m_ticks_since_poll < m_options.event_interval && m_resumes_since_poll < m_options.resume_budget)
-        return;
-    const std::chrono::nanoseconds timeout = poll_timeout(max_wait);
-    if (m_options.virtual_time && timeout != std::chrono::nanoseconds::zero()) {
-        // Instead of sleeping until the next deadline, look at the OS without
-        // waiting and, if nothing is ready, move the clock to the deadline.
-        if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && !m_watchers.has_fired() &&
-            m_posted.load(std::memory_order_acquire) == m_posts_run)
-            advance_virtual_time(max_wait);
-    } else {
-        poll_os(timeout);
+    const bool polled = std::exchange(m_polled_in_batch, false);
+    if (busy && !polled) {
+        if (max_wait != std::chrono::nanoseconds::zero()) return;
+        if (steady_ns() - m_last_poll_real_ns < m_poll_interval_ns) return;
     }
-    m_ticks_since_poll = 0;
-    m_resumes_since_poll = 0;
+    if (!(busy && polled)) {
+        const std::chrono::nanoseconds timeout = poll_timeout(max_wait);
+        if (m_options.virtual_time && timeout != std::chrono::nanoseconds::zero()) {
+            // Instead of sleeping until the next deadline, look at the OS without
+            // waiting and, if nothing is ready, move the clock to the deadline.
+            if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && !m_watchers.has_fired() &&
+                m_posted.load(std::memory_order_acquire) == m_posts_run)
+                advance_virtual_time(max_wait);
+        } else {
+            poll_os(timeout);
+        }
+    }
     m_watchers.dispatch();
 
     // 4.
@@ -425,8 +437,39 @@ int loop_core::poll_os(std::chrono::nanoseconds timeout) {
     m_sleeping.store(false, std::memory_order_relaxed);
     m_wake_sent.store(false, std::memory_order_relaxed);
     // The one clock read a poll costs; parked tasks are stamped with it.
-    m_recent_ns = m_options.virtual_time ? m_virtual_ns : steady_ns();
+    const std::int64_t now = steady_ns();
+    m_recent_ns = m_options.virtual_time ? m_virtual_ns : now;
+    m_last_poll_real_ns = m_last_check_real_ns = now;
+    plan_next_check(m_poll_interval_ns);
     return completed;
+}
+
+void loop_core::check_poll_interval() {
+    const std::int64_t now = steady_ns();
+    // How long a resume takes: a longer one counts at once, shorter ones
+    // lower the estimate slowly, so that a few short resumes among long ones
+    // do not stretch the next check over many long ones.
+    const std::int64_t per_resume = (now - m_last_check_real_ns) / m_check_span;
+    m_resume_ns = per_resume > m_resume_ns ? per_resume : (3 * m_resume_ns + per_resume) / 4;
+    m_last_check_real_ns = now;
+    const std::int64_t since_poll = now - m_last_poll_real_ns;
+    if (since_poll < m_poll_interval_ns) {
+        plan_next_check(m_poll_interval_ns - since_poll);
+        return;
+    }
+    // Send what the tick's tasks asked for and collect what completed: those
+    // tasks join the next tick, which keeps each one resumed once per tick.
+    // Watchers and timers follow in step 3, in their usual order.
+    poll_os(std::chrono::nanoseconds::zero());
+    m_polled_in_batch = true;
+}
+
+void loop_core::plan_next_check(std::int64_t left_ns) noexcept {
+    // As many resumes as fit in what is left of the interval, at most
+    // check_every (a clock read costs about as much as a yield), at least one.
+    std::int64_t n = m_resume_ns > 0 ? left_ns / m_resume_ns : check_every;
+    n = std::clamp<std::int64_t>(n, 1, check_every);
+    m_check_span = m_resumes_until_check = static_cast<unsigned>(n);
 }
 
 void loop_core::run_posts() {

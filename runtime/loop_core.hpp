@@ -79,6 +79,8 @@ private:
     void tick(std::chrono::nanoseconds max_wait);
     void run_posts();
     int poll_os(std::chrono::nanoseconds timeout);
+    void check_poll_interval();
+    void plan_next_check(std::int64_t left_ns) noexcept;
     void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
     void wake_idle_waiters() noexcept;
     void destroy_frame(task_header& t) noexcept;
@@ -98,8 +100,14 @@ private:
     std::uint64_t m_next_task_id = 1;
     std::int64_t m_recent_ns = 0;   // the clock at the last poll
     std::int64_t m_virtual_ns = 0;  // virtual_time: the loop's clock
-    unsigned m_ticks_since_poll = 0;
-    unsigned m_resumes_since_poll = 0;
+    // The poll interval, on the real clock even under virtual time.
+    std::int64_t m_poll_interval_ns = 0;
+    std::int64_t m_last_poll_real_ns = 0;   // when the OS was last looked at
+    std::int64_t m_last_check_real_ns = 0;  // when the clock was last read for it
+    std::int64_t m_resume_ns = 0;           // a resume's duration, smoothed
+    unsigned m_resumes_until_check = 1;
+    unsigned m_check_span = 1;              // resumes between the last two clock reads
+    bool m_polled_in_batch = false;
     bool m_closing = false;
 
     // Posts: pushed by any thread.
