@@ -818,28 +818,37 @@ TEST_CASE("spindle-echo: while one client floods it, another's pings come back p
     process server({program("SPINDLE_ECHO"), "--port", "0"});
     const std::uint16_t port = server.wait_listening();
 
-    // The flood: as many bytes as the server takes, read back as they come,
-    // until the pings are done (bounded in time too).
+    // The flood: one thread writes as fast as the server reads, another reads
+    // the echo back as fast as it comes, so the server's reads always find
+    // data and its writes always find room. Until the pings are done, and
+    // bounded in time too.
     std::atomic<bool> done{false};
     std::atomic<std::uint64_t> flooded{0};
-    std::thread flood([&] {
-        const int fd = connect_nonblocking(port);
+    int flood_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(flood_fd >= 0);
+    {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::connect(flood_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    std::thread flood_out([&] {
         std::vector<char> out(64 * 1024, 'f');
+        while (!done.load() && std::chrono::steady_clock::now() < give_up)
+            if (::send(flood_fd, out.data(), out.size(), MSG_NOSIGNAL) <= 0) break;
+    });
+    std::thread flood_in([&] {
         std::vector<char> in(256 * 1024);
-        const auto give_up = std::chrono::steady_clock::now() + 60s;
         while (!done.load() && std::chrono::steady_clock::now() < give_up) {
-            pollfd p{fd, POLLIN | POLLOUT, 0};
-            if (::poll(&p, 1, 100) <= 0) continue;
-            if (p.revents & POLLOUT) (void)::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-            if (p.revents & POLLIN) {
-                const ssize_t n = ::recv(fd, in.data(), in.size(), 0);
-                if (n > 0) flooded += static_cast<std::uint64_t>(n);
-            }
+            const ssize_t n = ::recv(flood_fd, in.data(), in.size(), 0);
+            if (n <= 0) break;
+            flooded += static_cast<std::uint64_t>(n);
         }
-        ::close(fd);
     });
     // Let the flood get going, then ping: 5 bytes out, 5 back, 1,000 times.
-    while (flooded.load() < 16 * 1024 * 1024) std::this_thread::sleep_for(10ms);
+    while (flooded.load() < 16 * 1024 * 1024 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(10ms);
     client pinger(port);
     std::vector<double> rtt_us;
     for (int i = 0; i < 1000; ++i) {
@@ -851,7 +860,10 @@ TEST_CASE("spindle-echo: while one client floods it, another's pings come back p
         rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
     done = true;
-    flood.join();
+    ::shutdown(flood_fd, SHUT_RDWR);  // ends a send or recv blocked in either thread
+    flood_out.join();
+    flood_in.join();
+    ::close(flood_fd);
     std::sort(rtt_us.begin(), rtt_us.end());
     const double p50 = rtt_us[rtt_us.size() / 2];
     const double p99 = rtt_us[rtt_us.size() * 99 / 100];
