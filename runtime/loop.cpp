@@ -72,6 +72,8 @@ loop_core* current_core_or_null() noexcept { return t_current; }
 
 task_header* current_task_or_null() noexcept { return t_current ? t_current->running_task() : nullptr; }
 
+task_header* exchange_running_task(task_header* t) noexcept { return t_current->exchange_running(t); }
+
 loop_core& current_core() {
     if (!t_current) throw std::logic_error("spindle: no loop is running on this thread");
     return *t_current;
@@ -247,7 +249,9 @@ void loop_core::task_finished(task_header& t) noexcept {
 
 void loop_core::abort_task(task_header& t) {
     if (t.m_status != task_status::running) return;
-    if (&t == m_running) throw std::logic_error("spindle: a task cannot abort itself");
+    // A when_any branch is part of its task: it cannot abort that task either.
+    for (const task_header* r = m_running; r; r = r->m_outer)
+        if (r == &t) throw std::logic_error("spindle: a task cannot abort itself");
     t.ready_hook().unlink();
     t.all_hook().unlink();
     t.m_status = task_status::aborted;

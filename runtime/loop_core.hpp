@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 namespace spindle::detail {
 
@@ -47,6 +48,7 @@ public:
     void abort_task(task_header& t);
     void cancel_task(task_header& t) noexcept;
     task_header* running_task() const noexcept { return m_running; }
+    task_header* exchange_running(task_header* t) noexcept { return std::exchange(m_running, t); }
     /// A task's budget at the start of each turn (loop_options::task_budget).
     std::uint32_t full_budget() const noexcept { return m_full_budget; }
     std::size_t task_count() const noexcept { return m_task_count; }

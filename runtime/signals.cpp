@@ -27,6 +27,7 @@ signal_service::signal_service(loop_core& core)
 signal_service::~signal_service() {
     m_core.backend().forget(m_op);
     for (slot& s : m_slots) s.waiters.clear();
+    m_set_waiters.clear();
 }
 
 signal_service::slot& signal_service::slot_of(int signo) {
@@ -54,6 +55,8 @@ void signal_service::give_back(int signo) noexcept { on_signal(this, signo); }
 
 void signal_service::add_waiter(signal_wait& w) { slot_of(w.signo()).waiters.push_back(w); }
 
+void signal_service::add_set_waiter(signal_set_wait& w) { m_set_waiters.push_back(w); }
+
 void signal_service::on_ready(reactor::operation& op) noexcept {
     signal_service* self = static_cast<source_op&>(op).owner;
     try {
@@ -67,17 +70,32 @@ void signal_service::on_signal(void* ctx, int signo) noexcept {
     auto* self = static_cast<signal_service*>(ctx);
     if (signo <= 0 || signo > max_signal) return;
     slot& s = self->m_slots[static_cast<std::size_t>(signo)];
-    if (s.waiters.empty()) {
-        ++s.pending;
-        return;
+    bool delivered = false;
+    while (signal_wait* w = s.waiters.pop_front()) {
+        w->complete();
+        delivered = true;
     }
-    while (signal_wait* w = s.waiters.pop_front()) w->complete();
+    if (!self->m_set_waiters.empty()) {
+        // Those waiting for a set with this signal leave the list; the others
+        // stay, in their order.
+        intrusive_list<signal_set_wait> others;
+        while (signal_set_wait* w = self->m_set_waiters.pop_front()) {
+            if (w->signals().contains(signo)) {
+                w->deliver(signo);
+                delivered = true;
+            } else {
+                others.push_back(*w);
+            }
+        }
+        self->m_set_waiters.splice_back(others);
+    }
+    if (!delivered) ++s.pending;
 }
 
 // --- the interface signal.hpp declares ------------------------------------------
 
 void catch_signal(loop_core& core, int signo) {
-    if (signo <= 0 || signo > 64) throw std::invalid_argument("spindle: bad signal number");
+    if (signo <= 0 || signo > signal_set::max_signal) throw std::invalid_argument("spindle: bad signal number");
     core.signals().catch_signal(signo);
 }
 
@@ -90,6 +108,8 @@ bool take_pending_signal(loop_core& core, int signo) noexcept {
 }
 
 void add_signal_waiter(loop_core& core, signal_wait& w) { core.signals().add_waiter(w); }
+
+void add_signal_set_waiter(loop_core& core, signal_set_wait& w) { core.signals().add_set_waiter(w); }
 
 void give_back_signal(loop_core& core, int signo) noexcept { core.signals().give_back(signo); }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The loop's signal service: one signal source per loop (signalfd, or the
 // self-pipe), watched by a persistent readiness operation; each signal's
-// waiters, and deliveries kept while nobody waits.
+// waiters, the waits for any of several signals, and deliveries kept while
+// nobody waits.
 
 #include <spindle/detail/intrusive_list.hpp>
 #include <spindle/reactor/operation.hpp>
@@ -30,9 +31,10 @@ public:
     /// A signal taken from pending that nobody saw: to the waiters, or pending.
     void give_back(int signo) noexcept;
     void add_waiter(signal_wait& w);
+    void add_set_waiter(signal_set_wait& w);
 
 private:
-    static constexpr int max_signal = 64;
+    static constexpr int max_signal = signal_set::max_signal;
     struct slot {
         intrusive_list<signal_wait> waiters;
         std::uint64_t pending = 0;
@@ -49,6 +51,8 @@ private:
     loop_core& m_core;
     std::unique_ptr<reactor::signal_source> m_source;
     std::array<slot, max_signal + 1> m_slots;
+    // Waits for any of several signals: each delivery looks through them all.
+    intrusive_list<signal_set_wait> m_set_waiters;
     source_op m_op;
 };
 

@@ -1,6 +1,7 @@
-// Waiting for POSIX signals (spindle/signal.hpp), with both signal sources:
-// signalfd (the default on Linux) and the self-pipe trick. Every behaviour is
-// checked for both; the section name says which one ran.
+// Waiting for POSIX signals (spindle/signal.hpp), one or any of several, with
+// both signal sources: signalfd (the default on Linux) and the self-pipe
+// trick. Every behaviour is checked for both; the section name says which
+// one ran.
 //
 // This program starts no threads: a signal sent to the process can only reach
 // the test thread, where the loop catches it.
@@ -14,14 +15,18 @@
 #include <array>
 #include <atomic>
 #include <csignal>
+#include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <system_error>
+#include <vector>
 
 using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::signal_mechanism;
 using spindle::task;
 using spindle::test::run_with_watchdog;
+using spindle::test::settle;
 
 namespace {
 
@@ -367,4 +372,199 @@ TEST_CASE("signals: self-pipe gives the previous handlers back when the loop goe
     REQUIRE(::raise(SIGUSR1) == 0);
     CHECK(g_test_handler_calls.load() == 1);
     set_handler(SIGUSR1, SIG_DFL);
+}
+
+// --- waiting for any of several signals --------------------------------------------
+
+namespace {
+
+task<void> set_waiter(spindle::signal_set signals, std::stop_token token, wait_result& out) {
+    auto r = co_await spindle::wait_signal(signals, std::move(token));
+    out.done = true;
+    out.has_value = r.has_value();
+    if (r) out.signo = *r;
+    out.error = r.error();
+}
+
+task<void> set_wake_main(bool use_kill, wait_result& first, wait_result& second, bool& parked_at_send) {
+    loop& l = loop::current();
+    auto w = l.spawn(set_waiter({SIGUSR1, SIGUSR2}, {}, first), "waiter");
+    co_await spindle::sleep_for(20ms);
+    parked_at_send = !w.done();
+    REQUIRE(send_signal(SIGUSR2, use_kill) == 0);
+    co_await w;
+    // The braced list is the set; the other one of it wakes the next wait.
+    auto raiser = l.spawn(signal_later(SIGUSR1, 20ms));
+    auto r = co_await spindle::wait_signal({SIGUSR1, SIGUSR2});
+    second.done = true;
+    second.has_value = r.has_value();
+    if (r) second.signo = *r;
+    co_await raiser;
+}
+
+struct set_kept_state {
+    long ticks = 0;
+    bool stop = false;
+    wait_result first, second, third;
+    long first_moved = -1;
+    long second_moved = -1;
+};
+
+task<void> set_kept_main(set_kept_state& s) {
+    loop& l = loop::current();
+    auto t = l.spawn(ticker(s.ticks, s.stop), "ticker");
+    l.catch_signal(SIGUSR1);
+    l.catch_signal(SIGUSR2);
+    REQUIRE(::raise(SIGUSR2) == 0);
+    REQUIRE(::raise(SIGUSR1) == 0);
+    co_await spindle::sleep_for(20ms);  // both read while nobody waits: both kept
+    long before = s.ticks;
+    co_await set_waiter({SIGUSR1, SIGUSR2}, {}, s.first);  // the lowest first
+    s.first_moved = s.ticks - before;
+    before = s.ticks;
+    co_await set_waiter({SIGUSR2, SIGUSR1}, {}, s.second);  // the other was still kept
+    s.second_moved = s.ticks - before;
+    std::stop_source src;
+    auto stopper = l.spawn(stop_later(src, 40ms));
+    co_await set_waiter({SIGUSR1, SIGUSR2}, src.get_token(), s.third);  // nothing kept any more
+    co_await stopper;
+    s.stop = true;
+    co_await t;
+}
+
+struct mixed_state {
+    wait_result single, both, other, other_later, after_cancel;
+    bool parked = false;
+    bool other_parked_after_first = false;
+};
+
+task<void> mixed_main(mixed_state& s) {
+    loop& l = loop::current();
+    auto a = l.spawn(waiter(SIGUSR1, {}, s.single));
+    auto b = l.spawn(set_waiter({SIGUSR1, SIGUSR2}, {}, s.both));
+    auto c = l.spawn(set_waiter(spindle::signal_set{SIGUSR2}, {}, s.other));
+    co_await spindle::sleep_for(20ms);
+    s.parked = !a.done() && !b.done() && !c.done();
+    REQUIRE(::raise(SIGUSR1) == 0);  // one delivery: the single waiter and the set with SIGUSR1
+    co_await a;
+    co_await b;
+    co_await spindle::sleep_for(20ms);
+    s.other_parked_after_first = !c.done();
+    REQUIRE(::raise(SIGUSR2) == 0);
+    co_await c;
+    // A set wait cancelled by its deadline leaves the list: the next delivery
+    // has nobody to wake and is kept for the wait after.
+    auto r = co_await spindle::with_timeout(20ms, spindle::wait_signal({SIGUSR1, SIGUSR2}));
+    s.after_cancel.error = r.error();
+    REQUIRE(::raise(SIGUSR2) == 0);
+    co_await spindle::sleep_for(20ms);
+    co_await set_waiter({SIGUSR1, SIGUSR2}, {}, s.other_later);
+}
+
+/// Runs ticks until the task is ready to run again (its wait completed) but
+/// has not run yet.
+bool run_until_ready(loop& l, std::uint64_t id) {
+    return spindle::test::run_until(l, [&] {
+        for (const auto& t : l.tasks())
+            if (t.id == id) return t.state == spindle::task_info::state_kind::ready;
+        return false;
+    });
+}
+
+}  // namespace
+
+TEST_CASE("signals: wait_signal({a, b}) wakes on either and gives the one that arrived", "[signals][set]") {
+    require_clean_start();
+    for (const auto& m : mechanisms) {
+        SECTION(m.name) {
+            for (bool use_kill : {false, true}) {
+                CAPTURE(use_kill);
+                wait_result first, second;
+                bool parked = false;
+                loop l(options_for(m.kind));
+                run_with_watchdog(l, set_wake_main(use_kill, first, second, parked));
+                CHECK(parked);
+                CHECK(first.has_value);
+                CHECK(first.signo == SIGUSR2);
+                CHECK(second.has_value);
+                CHECK(second.signo == SIGUSR1);
+            }
+        }
+    }
+}
+
+TEST_CASE("signals: a set wait takes a kept signal at once, the lowest first; the others stay kept", "[signals][set]") {
+    require_clean_start();
+    for (const auto& m : mechanisms) {
+        SECTION(m.name) {
+            set_kept_state s;
+            loop l(options_for(m.kind));
+            run_with_watchdog(l, set_kept_main(s));
+            CHECK(s.first.signo == SIGUSR1);
+            CHECK(s.first_moved == 0);  // returned at once
+            CHECK(s.second.signo == SIGUSR2);
+            CHECK(s.second_moved == 0);
+            CHECK_FALSE(s.third.has_value);
+            CHECK(s.third.error == std::errc::operation_canceled);
+        }
+    }
+}
+
+TEST_CASE("signals: one delivery wakes single and set waiters that hold it; a set without it stays parked; a cancelled set wait leaves",
+          "[signals][set]") {
+    require_clean_start();
+    for (const auto& m : mechanisms) {
+        SECTION(m.name) {
+            mixed_state s;
+            loop l(options_for(m.kind));
+            run_with_watchdog(l, mixed_main(s));
+            CHECK(s.parked);
+            CHECK(s.single.signo == SIGUSR1);
+            CHECK(s.both.signo == SIGUSR1);
+            CHECK(s.other_parked_after_first);
+            CHECK(s.other.signo == SIGUSR2);
+            CHECK(s.after_cancel.error == std::errc::timed_out);
+            CHECK(s.other_later.signo == SIGUSR2);
+        }
+    }
+}
+
+TEST_CASE("signals: a wait woken by a signal and destroyed before its task ran gives the signal back", "[signals][set][lifetime]") {
+    require_clean_start();
+    for (const auto& m : mechanisms) {
+        SECTION(m.name) {
+            for (bool set : {false, true}) {
+                CAPTURE(set);
+                loop l(options_for(m.kind));
+                wait_result doomed_result;
+                auto doomed = set ? l.spawn(set_waiter({SIGUSR1, SIGUSR2}, {}, doomed_result), "doomed")
+                                  : l.spawn(waiter(SIGUSR2, {}, doomed_result), "doomed");
+                settle(l);
+                std::vector<std::string> waits;
+                for (const auto& t : l.tasks()) waits.push_back(t.waiting_on);
+                CHECK(waits == std::vector<std::string>{set ? "signals 10,12" : "signal 12"});
+                REQUIRE(::raise(SIGUSR2) == 0);
+                REQUIRE(run_until_ready(l, doomed.id()));
+                doomed.abort();
+                CHECK_FALSE(doomed_result.done);
+                // Kept again: the next wait returns at once.
+                wait_result next;
+                auto h = l.spawn(waiter(SIGUSR2, {}, next));
+                settle(l);
+                CHECK(next.done);
+                CHECK(next.signo == SIGUSR2);
+            }
+        }
+    }
+}
+
+TEST_CASE("signals: a set is 1 to 64; an empty set is refused", "[signals][set]") {
+    CHECK_THROWS_AS(spindle::signal_set(0), std::invalid_argument);
+    CHECK_THROWS_AS(spindle::signal_set(SIGUSR1, 65), std::invalid_argument);
+    spindle::signal_set s{SIGUSR1, 64};
+    CHECK(s.contains(SIGUSR1));
+    CHECK(s.contains(64));
+    CHECK_FALSE(s.contains(SIGUSR2));
+    CHECK_FALSE(s.contains(0));
+    CHECK_THROWS_AS((void)spindle::wait_signal(spindle::signal_set{}), std::invalid_argument);
 }

@@ -12,6 +12,10 @@ enum class errc {
     /// The channel was closed: a send after (or blocked at) the close, or a
     /// receive once everything sent before the close was received.
     channel_closed = 1,
+    /// A broadcast receiver fell so far behind that values it had not read
+    /// were overwritten; broadcast_result::missed() says how many. The next
+    /// receive gives the oldest value still held.
+    receiver_lagged = 2,
 };
 
 namespace detail {
@@ -22,6 +26,7 @@ public:
     std::string message(int value) const override {
         switch (static_cast<errc>(value)) {
             case errc::channel_closed: return "channel closed";
+            case errc::receiver_lagged: return "receiver lagged: values were overwritten before it read them";
         }
         return "unknown spindle error";
     }

@@ -52,6 +52,10 @@
 /// group's join) says `static constexpr bool forwards_cancel = true;`: it is
 /// started, then cancelled through on_cancel().
 ///
+/// parked<W>::withdraw() gives a wait up before its frame goes, with the
+/// same on_abandon / on_discard as the destruction: when_any drops its losing
+/// branches that way.
+///
 /// Everything happens on the loop's thread; stop requests too (from another
 /// thread, post() the request_stop() call). An answer that arrives on another
 /// thread reaches the wait through loop::post, guarded against the wait being
@@ -179,15 +183,25 @@ public:
     parked(const parked&) = delete;
     parked& operator=(const parked&) = delete;
 
-    ~parked() {
+    ~parked() { withdraw(); }
+
+    /// Gives the wait up now, as the destruction of its frame would: parked,
+    /// it is withdrawn (on_abandon); completed but not resumed, what the
+    /// completion handed over is released (on_discard). Then it is over:
+    /// nothing resumes it, its destruction does nothing more, and it must not
+    /// be awaited again. For what awaits a wait on a task's behalf and may
+    /// drop it (when_any).
+    void withdraw() noexcept {
         if (this->m_wait_state == state::parked) {
-            // The frame is destroyed while parked: withdraw, wake nobody.
+            // Withdraw, wake nobody.
             detail::unmark_parked(*this->m_wait_task);
             Wait::on_abandon();
         } else if (this->m_wait_state == state::done || this->m_wait_state == state::requeued) {
             // Completed, but the task will never see the result.
             if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
         }
+        this->m_wait_state = state::resumed;
+        if constexpr (cancellable) m_stop.reset();
     }
 
     bool await_ready() {

@@ -2,6 +2,7 @@
 /// Everything spindle offers, in one include.
 
 #include <spindle/backend_kind.hpp>
+#include <spindle/broadcast.hpp>
 #include <spindle/budget.hpp>
 #include <spindle/channel.hpp>
 #include <spindle/errc.hpp>

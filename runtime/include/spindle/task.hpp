@@ -140,6 +140,12 @@ private:
 };
 
 namespace detail {
+
+template <class T>
+struct is_task : std::false_type {};
+template <class T>
+struct is_task<task<T>> : std::true_type {};
+
 template <class T>
 task<T> task_promise<T>::get_return_object() noexcept {
     return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};

@@ -18,6 +18,7 @@
 #include <spindle/detail/timer_node.hpp>
 #include <spindle/result.hpp>
 #include <spindle/sleep.hpp>
+#include <spindle/task.hpp>
 
 #include <chrono>
 #include <system_error>
@@ -79,6 +80,20 @@ public:
     auto await_suspend(H h) {
         return m_awaiter.await_suspend(h);
     }
+    /// Gives the operation up, as the destruction of the frame awaiting it
+    /// would (a wait is withdrawn, a task it owns destroyed), and closes the
+    /// scope: for when_any, which drops its losing branches.
+    void withdraw() noexcept
+        requires(requires(awaiter_type& a) { a.withdraw(); } ||
+                 (!std::is_reference_v<stored_type> && is_task<operation_type>::value))
+    {
+        if constexpr (requires(awaiter_type& a) { a.withdraw(); })
+            m_awaiter.withdraw();
+        else
+            m_op = operation_type{};  // a task it owns: its frame, with its waits, goes now
+        close_scope();
+    }
+
     decltype(auto) await_resume() {
         const bool expired = m_scope.m_cancelled;
         close_scope();

@@ -23,6 +23,11 @@ class io_op;
 task_header& current_task();
 /// The task the loop running on this thread is resuming now, or null.
 task_header* current_task_or_null() noexcept;
+/// Makes `t` the running task, and returns the one it replaces: when_any
+/// starts each branch inline, inside its task's turn, as a header of its own
+/// (a branch's waits park that header, not the task). Call it again with
+/// what it returned when the branch suspends. A loop must be running here.
+task_header* exchange_running_task(task_header* t) noexcept;
 /// The engine of the loop running on this thread; throws std::logic_error
 /// when no loop runs here.
 loop_core& current_core();

@@ -65,6 +65,9 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     void (*m_delete)(task_header&) noexcept = nullptr;
     /// The innermost open cancel scope, if any.
     cancel_scope* m_scope = nullptr;
+    /// A branch of a when_any over awaitables (a header the loop resumes but
+    /// does not list): the task it is part of. Null for a spawned task.
+    task_header* m_outer = nullptr;
     /// The wait the task is parked on (a sleep, an I/O, a signal, a lock...)
     /// and since when (loop time, ns); cleared when that wait resumes.
     const wait_info* m_wait_info = nullptr;
