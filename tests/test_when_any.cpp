@@ -300,7 +300,7 @@ TEST_CASE("when_any over awaitables: a signal handed to a losing wait is kept ag
         INFO("mechanism " << static_cast<int>(mechanism));
         spindle::loop_options o;
         o.signals = mechanism;
-        o.event_interval = 1;  // the loop polls in every tick, ready tasks or not
+        o.poll_interval = 0ns;  // the loop polls in every tick, ready tasks or not
         loop l(o);
         spindle::event ev;
         race_end e;
