@@ -252,25 +252,34 @@ task<void> perf_window(syscall_counter& counter, std::chrono::milliseconds margi
     counter.interrupt();
 }
 
+/// A run cut short by its bound counts as one error; its partial figures are lost.
+load_report within_bound(result<load_report> r) {
+    if (r) return std::move(*r);
+    load_report failed;
+    failed.errors = 1;
+    failed.first_error = "the load did not end in time: " + r.error().message();
+    return failed;
+}
+
 task<load_report> drive(load_options lo, syscall_counter* counter, count_tool tool) {
     // The load ends by itself after its duration; the deadline only bounds a
-    // server that stops answering (its connections then fail with an error).
+    // server that stops answering.
     const auto bound = lo.duration + 15s;
-    if (!counter) co_return co_await with_timeout(bound, run_load(lo));
+    if (!counter) co_return within_bound(co_await with_timeout(bound, run_load(lo)));
     if (tool == count_tool::strace) {
         // strace slows every system call of the server, so the run's own
         // message count is the only right denominator: trace the whole run,
         // connection set-up included (a few calls per connection).
         counter->start();
         co_await sleep_for(500ms);  // for strace to attach
-        load_report report = co_await with_timeout(bound, run_load(lo));
+        load_report report = within_bound(co_await with_timeout(bound, run_load(lo)));
         counter->interrupt();
         co_return report;
     }
     const auto margin = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(lo.duration / 6),
                                    std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     join_handle<void> window = loop::current().spawn(perf_window(*counter, margin, lo.duration - 2 * margin), "perf window");
-    load_report report = co_await with_timeout(bound, run_load(lo));
+    load_report report = within_bound(co_await with_timeout(bound, run_load(lo)));
     co_await std::move(window);
     co_return report;
 }

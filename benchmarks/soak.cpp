@@ -669,15 +669,13 @@ task<void> run_session(target& t, std::mt19937_64& rng) {
         ss.bad(error_kind::connect, "connect: " + s.error().message());
     } else {
         (void)s->set_nodelay(true);
-        try {
-            if (t.proto == protocol::echo)
-                ok = co_await with_deadline(deadline, echo_session(*s, ss, kind));
-            else
-                ok = co_await with_deadline(deadline, http_session(*s, ss, kind));
-        } catch (const std::system_error& e) {
-            // A deadline that cancels a when_all ends it with timed_out, thrown.
-            ss.bad(e.code(), "session");
-        }
+        task<bool> session_task = t.proto == protocol::echo ? echo_session(*s, ss, kind) : http_session(*s, ss, kind);
+        // timed_out when the deadline cut the session short.
+        result<bool> done = co_await with_deadline(deadline, std::move(session_task));
+        if (done)
+            ok = *done;
+        else
+            ss.bad(done.error(), "session");
         if (!ok && !ss.error) ss.bad(error_kind::timeout, "no answer within 30 s");
     }
     t.count.requests += ss.requests;
@@ -746,7 +744,8 @@ struct burst_conn {
 task<void> await_answer(target& t, burst_conn& c) {
     std::mt19937_64 rng(0);
     session ss(rng);
-    if (co_await with_timeout(30s, read_expected(c.stream, ss, c.response))) {
+    result<bool> read = co_await with_timeout(30s, read_expected(c.stream, ss, c.response));
+    if (read && *read) {
         c.answered = true;
         t.count.requests += static_cast<std::uint64_t>(c.requests);
         t.count.bytes += ss.bytes;

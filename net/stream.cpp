@@ -1,7 +1,7 @@
+#include <spindle/net/detail/gather.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/stream.hpp>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <sys/socket.h>
@@ -28,29 +28,20 @@ task<result<void>> stream_socket::write_all(std::span<const std::byte> buf, std:
 }
 
 task<result<void>> stream_socket::write_all(std::span<const ::iovec> bufs, std::stop_token token) {
-    // A window of the caller's buffers is copied so a partial send can advance
-    // it without touching the caller's array; 64 stays under every IOV_MAX.
-    std::array<::iovec, 64> window;
-    while (!bufs.empty()) {
-        std::size_t count = std::min(bufs.size(), window.size());
-        std::copy_n(bufs.begin(), count, window.begin());
-        bufs = bufs.subspan(count);
-        std::size_t first = 0;
-        while (first < count) {
-            result<std::size_t> n = co_await write_some(std::span<const ::iovec>(window.data() + first, count - first), token);
-            if (!n) co_return n.error();
-            std::size_t sent = *n;
-            while (first < count && sent >= window[first].iov_len) {
-                sent -= window[first].iov_len;
-                ++first;
-            }
-            if (first < count) {
-                window[first].iov_base = static_cast<std::byte*>(window[first].iov_base) + sent;
-                window[first].iov_len -= sent;
-            }
-        }
+    // The caller's buffers are copied into a window in this frame, so that a
+    // partial send can advance the copy without touching the caller's array;
+    // empty ones are skipped. Each send carries the whole window, topped up
+    // from the caller's buffers after a partial send.
+    std::array<::iovec, detail::gather_window> window;
+    std::size_t count = 0;
+    for (;;) {
+        for (; !bufs.empty() && count < window.size(); bufs = bufs.subspan(1))
+            if (bufs.front().iov_len != 0) window[count++] = bufs.front();
+        if (count == 0) co_return result<void>{};
+        result<std::size_t> n = co_await write_some(std::span<const ::iovec>(window.data(), count), token);
+        if (!n) co_return n.error();
+        count = detail::keep_unsent(std::span(window.data(), count), *n);
     }
-    co_return result<void>{};
 }
 
 result<void> stream_socket::shutdown_write() noexcept {

@@ -269,7 +269,8 @@ void loop_core::cancel_task(task_header& t) noexcept {
     t.m_cancel_requested = true;
     // A task parked on a wait that can be cancelled is woken now; one that is
     // ready or running meets the request at its next wait.
-    if (&t != m_running && t.m_wait_info && t.m_wait_info->cancel) t.m_wait_info->cancel(t.m_wait);
+    if (&t != m_running && t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait))
+        t.note_cancel_reached();
 }
 
 void loop_core::run_until_done(const task_header& t) {

@@ -13,12 +13,14 @@
 #include <spindle/testing.hpp>
 #include <spindle/when_any.hpp>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstddef>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <utility>
@@ -243,6 +245,71 @@ TEST_CASE("dump: parked_for grows with the time a task has been parked", "[dump]
 }
 
 task<void> holder(spindle::event& release) { (void)co_await release.wait(); }
+
+/// Whatever the program writes to stdout and stderr while alive goes to a
+/// pipe instead; text() gives it back.
+class output_capture {
+public:
+    output_capture() {
+        REQUIRE(::pipe2(m_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
+        std::fflush(stdout);
+        std::fflush(stderr);
+        m_saved_out = ::dup(1);
+        m_saved_err = ::dup(2);
+        REQUIRE((m_saved_out >= 0 && m_saved_err >= 0));
+        REQUIRE(::dup2(m_pipe[1], 1) == 1);
+        REQUIRE(::dup2(m_pipe[1], 2) == 2);
+    }
+    ~output_capture() {
+        restore();
+        ::close(m_pipe[0]);
+    }
+    output_capture(const output_capture&) = delete;
+    output_capture& operator=(const output_capture&) = delete;
+
+    std::string text() {
+        restore();
+        std::string out;
+        char buf[256];
+        for (ssize_t n; (n = ::read(m_pipe[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+        return out;
+    }
+
+private:
+    void restore() {
+        if (m_saved_out < 0) return;
+        std::fflush(stdout);
+        std::fflush(stderr);
+        ::dup2(m_saved_out, 1);
+        ::dup2(m_saved_err, 2);
+        ::close(m_saved_out);
+        ::close(m_saved_err);
+        ::close(m_pipe[1]);
+        m_saved_out = m_saved_err = -1;
+    }
+
+    int m_pipe[2] = {-1, -1};
+    int m_saved_out = -1;
+    int m_saved_err = -1;
+};
+
+TEST_CASE("dump: dump_tasks() gives the text and prints nothing itself", "[dump]") {
+    loop l;
+    spindle::event ev;
+    auto h = l.spawn(holder(ev), "holder");
+    l.run_once(0ns);
+    std::string dump;
+    std::string printed;
+    {
+        output_capture capture;
+        dump = l.dump_tasks();
+        printed = capture.text();
+    }
+    CHECK(dump.rfind("1 task\n  task 1 'holder': waiting on event for ", 0) == 0);
+    CHECK(printed.empty());
+    ev.set();
+    l.run();
+}
 
 TEST_CASE("dump: seen from outside any task, nothing is running; the text counts one task in the singular", "[dump]") {
     loop l;

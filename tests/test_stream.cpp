@@ -7,6 +7,7 @@
 
 #include "net_support.hpp"
 #include "service.hpp"
+#include "stream_kinds.hpp"
 
 #include <spindle/net/buffered_reader.hpp>
 #include <spindle/net/byte_stream.hpp>
@@ -102,39 +103,9 @@ namespace {
 
 // --- one body over every stream ----------------------------------------------------
 
-/// Makes a connected pair of one kind of stream, inside a task.
-struct memory_kind {
-    using stream = net::memory_stream;
-    static constexpr const char* name = "memory_stream";
-    static task<std::pair<stream, stream>> make() { co_return net::memory_stream::pair(); }
-};
-
-struct unix_kind {
-    using stream = net::unix_stream;
-    static constexpr const char* name = "unix_stream";
-    static task<std::pair<stream, stream>> make() {
-        auto p = net::unix_stream::pair();
-        REQUIRE(p.has_value());
-        co_return std::move(*p);
-    }
-};
-
-struct tcp_kind {
-    using stream = net::tcp_stream;
-    static constexpr const char* name = "tcp_stream";
-    static task<std::pair<stream, stream>> make() {
-        auto l = net::tcp_listener::bind(net::address::ipv4_loopback(0));
-        REQUIRE(l.has_value());
-        auto at = l->local_address();
-        REQUIRE(at.has_value());
-        // On loopback the kernel completes the handshake before the accept.
-        result<net::tcp_stream> client = co_await net::tcp_stream::connect(*at);
-        REQUIRE(client.has_value());
-        result<net::tcp_stream> server = co_await l->accept();
-        REQUIRE(server.has_value());
-        co_return std::pair{std::move(*client), std::move(*server)};
-    }
-};
+using spindle::test::memory_kind;
+using spindle::test::tcp_kind;
+using spindle::test::unix_kind;
 
 struct conformance_state {
     std::vector<std::string> lines;

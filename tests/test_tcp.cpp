@@ -460,7 +460,7 @@ struct vectored_state {
 task<void> vectored_main(net::tcp_listener& l, vectored_state& s) {
     tcp_pair p = co_await connect_pair(l);
     // Small buffers on both sides: the kernel takes the gather in pieces, so
-    // partial sends land inside the window of 64 and across windows.
+    // partial sends land inside the window of 16 and across windows.
     REQUIRE(p.client.set_option(SOL_SOCKET, SO_SNDBUF, 4096).has_value());
     REQUIRE(p.server.set_option(SOL_SOCKET, SO_RCVBUF, 16384).has_value());
     REQUIRE(p.client.set_nodelay(true).has_value());
@@ -887,7 +887,7 @@ TEST_CASE("tcp: read_exact gathers partial reads, and is end_of_stream when the 
     CHECK(s.short_prefix == "abc.......");  // what arrived stays in the buffer
 }
 
-TEST_CASE("tcp: vectored write_all of 1,000 buffers (more than one window of 64) arrives intact", "[tcp][vectored]") {
+TEST_CASE("tcp: vectored write_all of 1,000 buffers (more than one window of 16) arrives intact", "[tcp][vectored]") {
     vectored_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();

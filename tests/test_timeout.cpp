@@ -11,6 +11,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -314,15 +315,13 @@ struct throw_state {
 };
 
 task<void> throwing_main(int fd, throw_state& s) {
-    try {
-        (void)co_await with_timeout(20ms, read_or_throw(fd));
-    } catch (const std::system_error& e) {
-        s.converted = e.code();
-    }
+    // The cancellation it throws becomes the result's error: never thrown.
+    result<std::size_t> r = co_await with_timeout(20ms, read_or_throw(fd));
+    s.converted = r.error();
     // Any other exception passes unchanged, here through two scopes awaited
     // directly one inside the other.
     try {
-        co_await with_timeout(10s, with_timeout(10s, throws_logic_error()));
+        (void)co_await with_timeout(10s, with_timeout(10s, throws_logic_error()));
     } catch (const std::logic_error& e) {
         s.logic = e.what();
     }
@@ -330,6 +329,141 @@ task<void> throwing_main(int fd, throw_state& s) {
     s.after_sleep = co_await spindle::sleep_for(20ms);
     std::array<std::byte, 8> buf{};
     s.after_timeout = (co_await with_timeout(20ms, spindle::read(fd, buf))).error();
+}
+
+// --- operations that report no error: task<void>, plain values --------------------------
+
+/// Ignores what its waits say, as code that only does work can.
+task<void> sleeps_regardless(std::chrono::nanoseconds d, int& finished) {
+    (void)co_await spindle::sleep_for(d);
+    ++finished;
+}
+
+task<int> sleeps_then_answers(std::chrono::nanoseconds d) {
+    (void)co_await spindle::sleep_for(d);
+    co_return 42;
+}
+
+int answer_slot = 0;
+task<int&> sleeps_then_refers(std::chrono::nanoseconds d) {
+    (void)co_await spindle::sleep_for(d);
+    co_return answer_slot;
+}
+
+/// Its own short deadline cuts its read short; it carries on and finishes.
+task<void> handles_its_own_timeout(int fd, std::error_code& inner) {
+    std::array<std::byte, 8> buf{};
+    inner = (co_await with_timeout(20ms, spindle::read(fd, buf))).error();
+    (void)co_await spindle::sleep_for(10ms);
+}
+
+struct void_state {
+    int finished = 0;
+    std::error_code cut;
+    steady::duration cut_took{};
+    std::error_code in_time;
+    std::error_code inner_of_nested;
+    std::error_code outer_of_nested;
+    std::error_code inner_shorter;
+    std::error_code own_timeout_inside;
+    std::error_code inner_seen_inside;
+    std::error_code plain_cut;
+    std::optional<int> plain_in_time;
+    bool reference_kept = false;
+    std::error_code same_tick;
+    std::error_code stopped_by_token;
+    std::error_code after;
+};
+
+task<void> void_main(int fd, void_state& s) {
+    // Cut short: timed_out at the deadline, the task having run to its end.
+    auto start = steady::now();
+    result<void> r = co_await with_timeout(30ms, sleeps_regardless(1h, s.finished));
+    s.cut = r.error();
+    s.cut_took = steady::now() - start;
+    r = co_await with_timeout(10s, sleeps_regardless(1ms, s.finished));
+    s.in_time = r.error();
+
+    // An enclosing deadline cuts the inner operation short: the inner scope
+    // says operation_canceled, the outer one turns it into timed_out.
+    r = co_await with_timeout(30ms, [](void_state& s) -> task<result<void>> {
+        result<void> inner = co_await with_timeout(10s, sleeps_regardless(1h, s.finished));
+        s.inner_of_nested = inner.error();
+        co_return inner;
+    }(s));
+    s.outer_of_nested = r.error();
+    r = co_await with_timeout(10s, with_timeout(30ms, sleeps_regardless(1h, s.finished)));
+    s.inner_shorter = r.error();
+
+    // A deadline inside the operation that the operation handles itself does
+    // not cut the operation short.
+    r = co_await with_timeout(10s, handles_its_own_timeout(fd, s.inner_seen_inside));
+    s.own_timeout_inside = r.error();
+
+    // Plain values: a result of them.
+    result<int> answer = co_await with_timeout(30ms, sleeps_then_answers(1h));
+    s.plain_cut = answer.error();
+    answer = co_await with_timeout(10s, sleeps_then_answers(1ms));
+    if (answer) s.plain_in_time = *answer;
+    result<std::reference_wrapper<int>> ref = co_await with_timeout(10s, sleeps_then_refers(1ms));
+    s.reference_kept = ref && &ref->get() == &answer_slot;
+
+    // A stop token's cancellation is the operation's own business: its waits
+    // were not cut short by a deadline or by join_handle::cancel.
+    std::stop_source source;
+    r = co_await with_timeout(10s, [](std::stop_source& source) -> task<void> {
+        loop::current().spawn([](std::stop_source& source) -> task<void> {
+            (void)co_await spindle::sleep_for(10ms);
+            source.request_stop();
+        }(source)).detach();
+        (void)co_await spindle::sleep_for(1h, source.get_token());
+    }(source));
+    s.stopped_by_token = r.error();
+
+    s.after = co_await spindle::sleep_for(10ms);
+}
+
+struct void_same_tick_state {
+    bool parked = false;
+    std::string got;
+    std::error_code outcome;
+    steady::duration took{};
+};
+
+/// Reads, then finishes without another wait.
+task<void> read_and_finish(int fd, void_same_tick_state& s) {
+    std::array<std::byte, 8> buf{};
+    s.parked = true;
+    result<std::size_t> n = co_await spindle::read(fd, buf);
+    if (n) s.got = text_of(std::span(buf).first(*n));
+}
+
+task<void> void_same_tick_main(int rfd, int wfd, void_same_tick_state& s) {
+    // As in kept_main: the read completes in the poll of the tick whose timer
+    // phase fires the deadline. The operation's wait was over before the
+    // deadline; nothing was cut short, so it succeeds.
+    auto reader = loop::current().spawn([](int fd, void_same_tick_state& s) -> task<void> {
+        const auto start = steady::now();
+        result<void> r = co_await with_timeout(30ms, read_and_finish(fd, s));
+        s.outcome = r.error();
+        s.took = steady::now() - start;
+    }(rfd, s));
+    co_await spindle::yield();
+    REQUIRE(s.parked);
+    REQUIRE(::write(wfd, "late", 4) == 4);
+    std::this_thread::sleep_for(60ms);  // blocks the loop past the deadline
+    co_await reader;
+}
+
+struct void_cancel_state {
+    bool parked = false;
+    std::error_code outcome;
+};
+
+task<void> cancelled_inside(void_cancel_state& s, int& finished) {
+    s.parked = true;
+    result<void> r = co_await with_timeout(10s, sleeps_regardless(1h, finished));
+    s.outcome = r.error();
 }
 
 // --- frames destroyed inside with_timeout ---------------------------------------------
@@ -523,7 +657,7 @@ TEST_CASE("with_timeout: an operation that completed first keeps its result, eve
     CHECK_FALSE(s.after);
 }
 
-TEST_CASE("with_timeout: an operation that throws operation_canceled when cut off throws timed_out; other exceptions pass",
+TEST_CASE("with_timeout: a plain value whose operation throws operation_canceled when cut off is timed_out; other exceptions pass",
           "[timeout]") {
     pipe_pair p;
     throw_state s;
@@ -533,6 +667,51 @@ TEST_CASE("with_timeout: an operation that throws operation_canceled when cut of
     CHECK(s.logic == "not a cancellation");
     CHECK_FALSE(s.after_sleep);
     CHECK(s.after_timeout == std::errc::timed_out);
+}
+
+TEST_CASE("with_timeout: a task<void> gives result<void>, timed_out when the deadline cut it short", "[timeout][void]") {
+    pipe_pair p;
+    void_state s;
+    loop l;
+    run_with_watchdog(l, void_main(p.r, s));
+    CHECK(s.cut == std::errc::timed_out);
+    CHECK(s.cut_took >= 30ms);
+    CHECK(s.cut_took < 10s);
+    CHECK_FALSE(s.in_time);
+    CHECK(s.inner_of_nested == std::errc::operation_canceled);
+    CHECK(s.outer_of_nested == std::errc::timed_out);
+    CHECK(s.inner_shorter == std::errc::timed_out);
+    CHECK(s.inner_seen_inside == std::errc::timed_out);
+    CHECK_FALSE(s.own_timeout_inside);
+    CHECK(s.plain_cut == std::errc::timed_out);
+    CHECK(s.plain_in_time == 42);
+    CHECK(s.reference_kept);
+    CHECK_FALSE(s.stopped_by_token);
+    CHECK(s.finished == 4);  // every task ran to its end, cut short or not
+    CHECK_FALSE(s.after);
+}
+
+TEST_CASE("with_timeout: a task<void> whose last wait completed in the deadline's tick succeeds", "[timeout][void]") {
+    pipe_pair p;
+    void_same_tick_state s;
+    loop l;
+    run_with_watchdog(l, void_same_tick_main(p.r, p.w, s));
+    CHECK(s.got == "late");
+    CHECK(s.took >= 30ms);  // the deadline had passed when it resumed
+    CHECK_FALSE(s.outcome);
+}
+
+TEST_CASE("with_timeout: join_handle::cancel() cutting a task<void> short gives operation_canceled", "[timeout][void][cancel]") {
+    void_cancel_state s;
+    int finished = 0;
+    loop l;
+    auto h = l.spawn(cancelled_inside(s, finished));
+    REQUIRE(spindle::test::run_until(l, [&] { return s.parked; }));
+    spindle::test::settle(l);
+    h.cancel();
+    REQUIRE(spindle::test::run_until(l, [&] { return h.done(); }));
+    CHECK(s.outcome == std::errc::operation_canceled);
+    CHECK(finished == 1);
 }
 
 TEST_CASE("with_timeout: a stream read that timed out consumed nothing and leaves the stream open for more reads and writes",

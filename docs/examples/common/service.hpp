@@ -177,8 +177,7 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
 
         const batch_outcome batch = handle(std::string_view(in.get(), used));
         if (!batch.reply.empty()) {
-            auto reply = std::as_bytes(std::span(batch.reply.data(), batch.reply.size()));
-            if (result<void> w = co_await stream.write_all(reply, stop); !w) co_return;
+            if (result<void> w = co_await net::write_all(stream, batch.reply, stop); !w) co_return;
         }
         if (batch.close) {
             if (linger) co_await close_gracefully(stream, std::as_writable_bytes(std::span(in.get(), capacity)), stop);

@@ -9,3 +9,4 @@
 #include <spindle/net/tcp.hpp>
 #include <spindle/net/udp.hpp>
 #include <spindle/net/unix.hpp>
+#include <spindle/net/write.hpp>

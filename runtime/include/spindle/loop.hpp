@@ -142,9 +142,10 @@ public:
 
     /// Every live task, parked ones with what they wait on and for how long:
     /// the way to see why a service hangs. Costs nothing until called.
-    std::vector<task_info> tasks() const;
-    /// The same as text, one task per line.
-    std::string dump_tasks() const;
+    [[nodiscard]] std::vector<task_info> tasks() const;
+    /// The same as text, a count line then one task per line, for the caller
+    /// to print or log: it writes nothing itself.
+    [[nodiscard]] std::string dump_tasks() const;
 
     /// Starts catching `signo` now: deliveries before the first wait are kept
     /// (see wait_signal). Signals are caught until the loop is destroyed.

@@ -256,7 +256,10 @@ public:
         if constexpr (cancellable) {
             // Registering may run on_cancel at once, if a stop is already requested.
             if (m_token.stop_possible()) m_stop.emplace(m_token, fire{this});
-            if (this->m_wait_state == state::parked && t.cancel_pending()) Wait::on_cancel();
+            if (this->m_wait_state == state::parked && t.cancel_pending()) {
+                Wait::on_cancel();
+                t.note_cancel_reached();
+            }
         }
         return true;
     }
@@ -278,24 +281,32 @@ public:
     }
 
 private:
+    // True (and the cancel noted on the task's scopes) when the task's own
+    // cancellation, not the token, ends this wait before it starts.
     static bool task_cancel_pending() noexcept {
-        const detail::task_header* t = detail::current_task_or_null();
-        return t && t->cancel_pending();
+        detail::task_header* t = detail::current_task_or_null();
+        if (!t || !t->cancel_pending()) return false;
+        t->note_cancel_reached();
+        return true;
     }
 
-    void cancel() noexcept {
+    bool cancel() noexcept {
         if constexpr (cancellable) {
-            if (this->m_wait_state == state::parked) Wait::on_cancel();
+            if (this->m_wait_state == state::parked) {
+                Wait::on_cancel();
+                return true;
+            }
         }
+        return false;
     }
 
     struct fire {
         parked* self;
-        void operator()() const noexcept { self->cancel(); }
+        void operator()() const noexcept { (void)self->cancel(); }
     };
     struct no_callback {};
 
-    static void cancel_thunk(void* p) noexcept { static_cast<parked*>(p)->cancel(); }
+    static bool cancel_thunk(void* p) noexcept { return static_cast<parked*>(p)->cancel(); }
     static void describe_thunk(const void* p, std::string& out) {
         if constexpr (detail::wait_with_describe<Wait>)
             static_cast<const parked*>(p)->describe(out);

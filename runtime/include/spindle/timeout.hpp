@@ -4,14 +4,31 @@
 /// The operation runs inside a cancel scope of the current task. When the
 /// deadline passes first, the wait the task is parked on inside the operation
 /// (an I/O, a sleep, a signal wait, at any depth of awaited tasks) is cancelled,
-/// later waits in the scope are cancelled at once (even a read that would find
-/// data ready: a task past its deadline does not run on), and the
-/// operation's `operation_canceled` result becomes `timed_out`
-/// (std::errc::timed_out, ETIMEDOUT). An operation that completed before the
-/// deadline keeps its result, even if the timer fired in the same tick.
+/// and later waits in the scope are cancelled at once (even a read that would
+/// find data ready: a task past its deadline does not run on). What
+/// `co_await with_timeout(d, op)` gives depends on what `op` gives:
 ///
-/// Await the returned object in the expression that creates it: it may refer to
-/// a temporary operation.
+/// - a `result<T>` (or `std::error_code`, as a sleep): the same type. If the
+///   deadline passed, the operation's `operation_canceled` becomes `timed_out`
+///   (std::errc::timed_out, ETIMEDOUT); any other outcome is kept, a value
+///   that completed before the deadline included, even if the timer fired in
+///   the same tick.
+/// - nothing (`task<void>`, `task_group::join()`): `result<void>`.
+/// - a plain value `T` (`task<int>`, `when_all`, `when_any`): `result<T>`
+///   (`result<std::reference_wrapper<T>>` for a `T&`).
+///
+///   For these two, whose operation has no error to report, the outcome is
+///   `timed_out` when this deadline passed and cut the operation short (it
+///   cancelled a wait inside it); `operation_canceled` when an enclosing
+///   deadline or join_handle::cancel() did (the enclosing with_timeout turns
+///   it into timed_out); otherwise the operation's value, however late. A
+///   value the operation returned after being cut short is dropped. An
+///   exception the operation throws passes through, except a
+///   `std::system_error` of `operation_canceled`, which becomes the result's
+///   error the same way (`timed_out` if this deadline passed).
+///
+/// A timeout is therefore never thrown. Await the returned object in the
+/// expression that creates it: it may refer to a temporary operation.
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/task_header.hpp>
@@ -21,6 +38,7 @@
 #include <spindle/task.hpp>
 
 #include <chrono>
+#include <functional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -52,6 +70,16 @@ R timed_out_instead(R&& r) {
         return std::forward<R>(r);
     }
 }
+
+/// An operation that reports its own errors: a result or an error_code.
+template <class R>
+concept reports_errors = std::is_same_v<std::remove_cvref_t<R>, std::error_code> || requires(R r) { r.error(); };
+
+/// What with_timeout gives for an operation yielding `R` that reports no
+/// errors of its own: result<void>, result<T>, or result<reference_wrapper<T>>.
+template <class R>
+using timed_value_t = std::conditional_t<std::is_lvalue_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>,
+                                         std::remove_cvref_t<R>>;
 
 template <class A>
 class timeout_awaiter : timer_node {
@@ -96,26 +124,40 @@ public:
 
     decltype(auto) await_resume() {
         const bool expired = m_scope.m_cancelled;
+        const bool cut_short = m_scope.m_reached;
         close_scope();
         using R = decltype(m_awaiter.await_resume());
-        if constexpr (std::is_void_v<R>) {
-            resume_or_throw(expired);
-        } else if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::error_code> || requires(R r) { r.error(); }) {
+        if constexpr (reports_errors<R>) {
             R r = m_awaiter.await_resume();
             return expired ? timed_out_instead(std::move(r)) : std::move(r);
         } else {
-            return resume_or_throw(expired);
+            return resume_value(expired, cut_short);
         }
     }
 
 private:
-    // Operations that report cancellation by throwing std::system_error.
-    decltype(auto) resume_or_throw(bool expired) {
+    using resumed_type = decltype(std::declval<awaiter_type&>().await_resume());
+
+    // An operation that reports no error: its outcome gets an error channel.
+    result<timed_value_t<resumed_type>> resume_value(bool expired, bool cut_short) {
+        using V = timed_value_t<resumed_type>;
+        // Cut short by this deadline, or by an enclosing cancel passing through.
+        const std::error_code stopped = expired ? timed_out_error() : cancelled_error();
         try {
-            return m_awaiter.await_resume();
+            if constexpr (std::is_void_v<resumed_type>) {
+                m_awaiter.await_resume();
+                if (cut_short) return stopped;
+                return {};
+            } else {
+                // Taken before the check, so that what the operation made is
+                // destroyed here and whatever it throws still passes.
+                result<V> r(V(m_awaiter.await_resume()));
+                if (cut_short) return stopped;
+                return r;
+            }
         } catch (const std::system_error& e) {
-            if (expired && e.code() == std::errc::operation_canceled) throw std::system_error(timed_out_error());
-            throw;
+            if (e.code() != std::errc::operation_canceled) throw;
+            return stopped;
         }
     }
 
@@ -139,7 +181,7 @@ private:
         // The task can only be parked inside this operation while the scope is
         // open; a wait that completed already ignores the cancel.
         task_header& t = *self.m_task;
-        if (t.m_wait_info && t.m_wait_info->cancel) t.m_wait_info->cancel(t.m_wait);
+        if (t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait)) t.note_cancel_reached();
     }
 
     std::int64_t m_deadline;

@@ -6,8 +6,9 @@
 /// Cancelling the awaiting task (with_timeout around when_all, or
 /// join_handle::cancel) cancels every child (join_handle::cancel: the wait each
 /// is parked on completes with operation_canceled); when_all waits for them all
-/// to finish, then throws std::system_error(operation_canceled), which
-/// with_timeout reports as timed_out.
+/// to finish, then throws std::system_error(operation_canceled). Under
+/// with_timeout, whose result for a when_all is a result<std::tuple<...>>,
+/// that is the result's timed_out, not an exception.
 
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
@@ -89,7 +90,7 @@ task<void> join_into(join_handle<T>& child, when_all_children& all, std::optiona
 }
 
 /// What a cancelled when_all throws once every child has finished (with_timeout
-/// makes it timed_out).
+/// makes it the timed_out of its result).
 [[noreturn]] inline void throw_when_all_cancelled() { throw std::system_error(cancelled_error(), "when_all cancelled"); }
 
 }  // namespace detail

@@ -17,6 +17,11 @@
 /// - `co_await s.write_all(std::span<const std::byte> buf, token)` and the
 ///   vectored `co_await s.write_all(std::span<const ::iovec> bufs, token)`
 ///   yield `result<void>`: everything, across partial writes, or an error.
+/// - Optionally, a vectored `co_await s.write_some(std::span<const ::iovec>
+///   bufs, token)` yielding `result<std::size_t>`: one write of at most the
+///   buffers' total, possibly partial. Text and gather writes on any stream
+///   (net::write_all, write.hpp) drive it when the stream has one, and go
+///   through write_all(bufs) otherwise.
 /// - Half-close ends this side's writing: the peer reads end of stream after
 ///   everything written before; this side can still read. A stream whose
 ///   half-close completes at once (sockets, memory_stream) offers

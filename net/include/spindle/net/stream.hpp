@@ -30,7 +30,9 @@ public:
     [[nodiscard]] auto write_some(std::span<const std::byte> buf, std::stop_token token = {}) {
         return spindle::send(fd_for_io(), buf, 0, std::move(token));
     }
-    /// One vectored send of at most the buffers' total size.
+    /// One vectored send (sendmsg) of at most the buffers' total size; a
+    /// partial send may end inside any buffer. The buffers and the iovec
+    /// array must outlive the operation.
     [[nodiscard]] detail::send_msg_awaiter write_some(std::span<const ::iovec> bufs, std::stop_token token = {}) {
         return detail::send_msg_awaiter(std::move(token), fd_for_io(), bufs, nullptr);
     }
@@ -40,7 +42,10 @@ public:
     task<result<void>> read_exact(std::span<std::byte> buf, std::stop_token token = {});
     /// Writes all of `buf`, across partial writes.
     task<result<void>> write_all(std::span<const std::byte> buf, std::stop_token token = {});
-    /// Writes all of the buffers, gathered into as few sends as the kernel allows.
+    /// Writes all of the buffers, in order, across partial sends: one sendmsg
+    /// per attempt carrying up to 16 buffers (detail::gather_window), empty
+    /// ones skipped; more buffers take one send per 16. The caller's iovecs
+    /// are not modified. Allocates nothing beyond the operation's frame.
     task<result<void>> write_all(std::span<const ::iovec> bufs, std::stop_token token = {});
 
     /// Half-close: the peer reads end of stream; this side can still read.

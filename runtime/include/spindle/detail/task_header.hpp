@@ -27,15 +27,23 @@ enum class task_status : std::uint8_t { running, succeeded, failed, aborted };
 /// frames of the awaiters that opened them.
 struct cancel_scope {
     cancel_scope* m_parent = nullptr;
+    /// The scope's deadline passed: waits inside it are cancelled.
     bool m_cancelled = false;
+    /// A cancel ended a wait inside the scope while it was open: its own
+    /// deadline, an enclosing scope's, or join_handle::cancel(). Only this
+    /// tells a with_timeout around an operation that reports no error that
+    /// the operation was cut short (a deadline that passed after the last
+    /// wait completed, in the same tick, cut nothing short).
+    bool m_reached = false;
 };
 
 /// What the loop may do with the wait a task is parked on: one static table
 /// per awaiter type, so a park costs two pointer stores.
 struct wait_info {
     /// Cancels the wait (it completes with operation_canceled); null when the
-    /// wait cannot be cancelled. Must be a no-op once the wait completed.
-    void (*cancel)(void* awaiter) noexcept;
+    /// wait cannot be cancelled. Must be a no-op once the wait completed, and
+    /// then return false; true when the cancel reached a parked wait.
+    bool (*cancel)(void* awaiter) noexcept;
     /// Appends what the task waits on, for the dump of parked tasks.
     void (*describe)(const void* awaiter, std::string& out);
 };
@@ -80,6 +88,23 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
         for (const cancel_scope* s = m_scope; s; s = s->m_parent)
             if (s->m_cancelled) return true;
         return false;
+    }
+
+    /// A cancel of this task (a deadline, join_handle::cancel) ended one of
+    /// its waits: marks every open scope the cancel cuts short, from the
+    /// innermost out to the outermost one that expired (all of them after
+    /// join_handle::cancel). A scope inside the one whose deadline passed is
+    /// cut short too: its with_timeout passes operation_canceled up to the
+    /// scope that turns it into timed_out.
+    void note_cancel_reached() noexcept {
+        const cancel_scope* cause = nullptr;
+        if (!m_cancel_requested)
+            for (const cancel_scope* s = m_scope; s; s = s->m_parent)
+                if (s->m_cancelled) cause = s;
+        for (cancel_scope* s = m_scope; s; s = s->m_parent) {
+            s->m_reached = true;
+            if (s == cause) break;
+        }
     }
 
     list_hook<ready_tag>& ready_hook() noexcept { return *this; }
