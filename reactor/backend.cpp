@@ -91,7 +91,15 @@ std::unique_ptr<backend> make_backend(backend_kind kind) {
 }
 
 std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_reason) {
+    std::string notes;
+    return make_backend(kind, backend_options{}, fallback_reason, notes);
+}
+
+std::unique_ptr<backend> make_backend(backend_kind kind, const backend_options& options, std::string& fallback_reason,
+                                      std::string& notes) {
     fallback_reason.clear();
+    notes.clear();
+    (void)options;
     if (const environment_choice& env = environment_override(); env.set) {
         if (!env.kind)
             throw std::invalid_argument("spindle: SPINDLE_BACKEND='" + env.name +
@@ -103,7 +111,7 @@ std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_r
 #if SPINDLE_HAVE_EPOLL
 #if SPINDLE_HAVE_IO_URING
             try {
-                return std::make_unique<io_uring_backend>();
+                return std::make_unique<io_uring_backend>(options, notes);
             } catch (const std::system_error& e) {
                 fallback_reason = std::string("io_uring unavailable, using epoll: ") + e.what();
             }
@@ -125,7 +133,7 @@ std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_r
 #endif
         case backend_kind::io_uring:
 #if SPINDLE_HAVE_IO_URING
-            return std::make_unique<io_uring_backend>();
+            return std::make_unique<io_uring_backend>(options, notes);
 #else
             not_built_in(kind, " (configured without liburing)");
 #endif

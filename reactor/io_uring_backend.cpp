@@ -117,11 +117,13 @@ std::string setup_failure(int err) {
 
 }  // namespace
 
-io_uring_backend::io_uring_backend() : m_wake_data(wake_data), m_free_head(no_slot) {
+io_uring_backend::io_uring_backend(const backend_options& options, std::string& notes) : m_wake_data(wake_data), m_free_head(no_slot) {
     const fault injected = fault_injected();
     m_fail_submit = injected == fault::submit;
     if (injected == fault::setup)
         throw std::system_error(EPERM, std::system_category(), "io_uring_queue_init (made to fail by SPINDLE_IO_URING_FAIL)");
+    (void)options;
+    (void)notes;
     setup_ring();
     try {
         check_kernel();

@@ -17,6 +17,7 @@
 #include <liburing.h>
 
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,7 +28,9 @@ public:
     /// Sets up a ring. Throws std::system_error saying why io_uring cannot run
     /// here (no kernel support, forbidden by seccomp or kernel.io_uring_disabled,
     /// not enough lockable memory, a kernel too old for the operations we use).
-    io_uring_backend();
+    /// With options.single_thread, `notes` says which of the single-thread
+    /// setup flags the kernel refused (empty when all were taken).
+    io_uring_backend(const backend_options& options, std::string& notes);
     ~io_uring_backend() override;
     io_uring_backend(const io_uring_backend&) = delete;
     io_uring_backend& operator=(const io_uring_backend&) = delete;

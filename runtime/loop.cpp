@@ -47,12 +47,21 @@ std::int64_t steady_ns() noexcept {
 // Falling back from io_uring is reported once per process, at info level: the
 // reason (seccomp, kernel.io_uring_disabled, an old kernel) is the same for
 // every loop, and a program with many loops should not repeat it.
-std::unique_ptr<reactor::backend> open_backend(backend_kind kind) {
+// What a single-thread ring had to do without is reported the same way.
+std::unique_ptr<reactor::backend> open_backend(const loop_options& options) {
     std::string fallback_reason;
-    auto backend = reactor::make_backend(static_cast<reactor::backend_kind>(kind), fallback_reason);
+    std::string notes;
+    reactor::backend_options backend_options;
+    backend_options.single_thread = options.single_thread;
+    auto backend =
+        reactor::make_backend(static_cast<reactor::backend_kind>(options.backend), backend_options, fallback_reason, notes);
     if (!fallback_reason.empty()) {
         static std::once_flag reported;
         std::call_once(reported, [&] { logger()->info("{}", fallback_reason); });
+    }
+    if (!notes.empty()) {
+        static std::once_flag reported;
+        std::call_once(reported, [&] { logger()->info("{}", notes); });
     }
     return backend;
 }
@@ -170,7 +179,7 @@ void idle_wait::on_park() { core().add_idle_waiter(*this); }
 // --- construction and teardown ----------------------------------------------
 
 loop_core::loop_core(loop& owner, loop_options options)
-    : m_owner(owner), m_options(options), m_backend(open_backend(options.backend)), m_watchers(*this) {
+    : m_owner(owner), m_options(options), m_backend(open_backend(options)), m_watchers(*this) {
     m_poll_interval_ns = std::max<std::int64_t>(0, m_options.poll_interval.count());
     // Resumes are taken for long until measured short: the clock is read
     // after each of the first few dozen, never after 16 long ones.
@@ -273,7 +282,13 @@ void loop_core::cancel_task(task_header& t) noexcept {
         t.note_cancel_reached();
 }
 
+void loop_core::check_thread() const {
+    if (m_options.single_thread && std::this_thread::get_id() != m_thread) [[unlikely]]
+        throw std::logic_error("spindle: a loop with loop_options::single_thread runs on the thread that built it only");
+}
+
 void loop_core::run_until_done(const task_header& t) {
+    check_thread();
     current_scope scope(this);
     const task_header* outer = std::exchange(m_awaited, &t);
     try {
@@ -295,6 +310,7 @@ bool loop_core::has_work() const noexcept {
 }
 
 void loop_core::run() {
+    check_thread();
     current_scope scope(this);
     while (!m_stop.load(std::memory_order_acquire) && has_work()) tick(std::chrono::nanoseconds(-1));
     m_stop.store(false, std::memory_order_relaxed);
@@ -306,6 +322,7 @@ void loop_core::stop() noexcept {
 }
 
 bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
+    check_thread();
     current_scope scope(this);
     tick(max_wait);
     // Back to a host that may now block on native_handle(): what the tick

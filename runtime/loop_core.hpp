@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <utility>
 
 namespace spindle::detail {
@@ -79,6 +80,7 @@ public:
 
 private:
     void tick(std::chrono::nanoseconds max_wait);
+    void check_thread() const;
     void run_posts();
     int poll_os(std::chrono::nanoseconds timeout);
     void check_poll_interval();
@@ -110,6 +112,8 @@ private:
     unsigned m_resumes_until_check = 1;
     unsigned m_check_span = 1;              // resumes between the last two clock reads
     bool m_polled_in_batch = false;
+    // loop_options::single_thread: the only thread that may run the loop.
+    std::thread::id m_thread = std::this_thread::get_id();
     bool m_closing = false;
 
     // Posts: pushed by any thread.

@@ -58,6 +58,14 @@ struct loop_options {
     /// only when nothing is ready does time jump; with no deadline at all the
     /// loop waits for I/O for real. Read the time with loop::now().
     bool virtual_time = false;
+    /// The loop is built, run and destroyed on one thread, and other threads
+    /// only post to it, stop it or release holds (as every loop of a
+    /// loop_group). io_uring then ties its ring to that thread (single
+    /// issuer, task work run only when the loop enters the kernel) and
+    /// registers the ring's descriptor, where the kernel allows it
+    /// (docs/multicore.md). Running such a loop on another thread throws
+    /// std::logic_error, and native_handle() is not for a host's poller.
+    bool single_thread = false;
 };
 
 /// One task, as the dump of a loop's tasks shows it.

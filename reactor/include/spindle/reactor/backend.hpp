@@ -60,6 +60,15 @@ public:
     virtual backend_kind kind() const noexcept = 0;
 };
 
+/// How the loop will use its backend, for backends that can do better when told.
+struct backend_options {
+    /// The backend is made, polled and destroyed on one thread, and no other
+    /// thread calls anything but wake() (a loop of a loop_group). io_uring may
+    /// then tie its ring to that thread (single issuer, deferred task work)
+    /// and register the ring's descriptor.
+    bool single_thread = false;
+};
+
 /// Creates a backend. Throws std::system_error when the kind cannot start here.
 /// `automatic` tries io_uring, then epoll on Linux, and is kqueue elsewhere.
 /// The environment variable SPINDLE_BACKEND (automatic, epoll, io_uring or
@@ -70,5 +79,9 @@ std::unique_ptr<backend> make_backend(backend_kind kind);
 /// The same; when `automatic` had to pass over its first choice, says why in
 /// `fallback_reason` (empty otherwise), for the caller to report.
 std::unique_ptr<backend> make_backend(backend_kind kind, std::string& fallback_reason);
+/// The same, with `options` for the backend; `notes` says what the backend
+/// had to do without (a setup flag the kernel lacks), empty when nothing.
+std::unique_ptr<backend> make_backend(backend_kind kind, const backend_options& options, std::string& fallback_reason,
+                                      std::string& notes);
 
 }  // namespace spindle::reactor
