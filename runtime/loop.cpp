@@ -2,6 +2,7 @@
 // loop's services live in files of their own: signals.cpp, watchers.cpp,
 // descriptors.cpp, task_dump.cpp; descriptor I/O in io.cpp.
 
+#include "group_member.hpp"
 #include "loop_core.hpp"
 #include "signals.hpp"
 
@@ -345,6 +346,11 @@ void loop_core::post(post_node* node) noexcept {
     m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
+void loop_core::wake_if_sleeping() noexcept {
+    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel))
+        m_backend->wake();
+}
+
 void loop_core::hold_acquire() noexcept { m_holds.fetch_add(1, std::memory_order_acq_rel); }
 
 void loop_core::hold_release() noexcept {
@@ -384,8 +390,13 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     m_running = nullptr;
     t_budget = outer_budget;
 
-    // 2.
+    // 2. Then the calls other loops of a group sent, and the doorbells of
+    //    the loops this tick sent to (one each, however many calls).
     run_posts();
+    if (m_member) {
+        m_member->take_mail();
+        m_member->send_mail();
+    }
 
     // 3. While tasks are ready, the OS is looked at only when the poll
     //    interval ran out (then already, in the middle of step 1): a
@@ -449,11 +460,13 @@ void loop_core::advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept
 }
 
 int loop_core::poll_os(std::chrono::nanoseconds timeout) {
+    if (m_member) m_member->send_mail();
     if (timeout != std::chrono::nanoseconds::zero()) {
-        // Announce the sleep, then look at the post queue once more: a poster
-        // either saw the flag (and wakes us) or we see its node here.
+        // Announce the sleep, then look at the post queue (and the group's
+        // doorbell) once more: a poster either saw the flag (and wakes us) or
+        // we see its node here.
         m_sleeping.store(true, std::memory_order_seq_cst);
-        if (!m_posts.empty()) timeout = std::chrono::nanoseconds::zero();
+        if (!m_posts.empty() || (m_member && m_member->has_mail())) timeout = std::chrono::nanoseconds::zero();
     }
     const int completed = m_backend->poll(timeout);
     m_sleeping.store(false, std::memory_order_relaxed);

@@ -23,6 +23,7 @@
 namespace spindle::detail {
 
 class signal_service;
+class group_member;
 
 class loop_core {
 public:
@@ -66,6 +67,13 @@ public:
 
     // --- posts and holds (any thread)
     void post(post_node* node) noexcept;
+    /// Wakes the loop if it sleeps in the OS, once until it wakes (any thread,
+    /// after a seq_cst store of what it should find: the group's doorbell).
+    void wake_if_sleeping() noexcept;
+
+    // --- a loop_group's loop: its cross-loop mail (loop thread, before running)
+    void attach_member(group_member* member) noexcept { m_member = member; }
+    group_member* member() const noexcept { return m_member; }
     void hold_acquire() noexcept;
     void hold_release() noexcept;
 
@@ -130,6 +138,7 @@ private:
     watcher_registry m_watchers;
     intrusive_list<idle_wait> m_idle;
     std::unique_ptr<signal_service> m_signals;  // made on the first wait for a signal
+    group_member* m_member = nullptr;           // in a loop_group: its mail
 };
 
 /// Logs the exception in flight from a callback (a post, a timer, a watcher):

@@ -12,6 +12,7 @@
 #include <spindle/latch.hpp>
 #include <spindle/log.hpp>
 #include <spindle/loop.hpp>
+#include <spindle/loop_group.hpp>
 #include <spindle/loop_thread.hpp>
 #include <spindle/mutex.hpp>
 #include <spindle/park.hpp>

@@ -1,0 +1,68 @@
+#pragma once
+// A loop's membership of a loop_group, as its engine sees it: the mail of
+// cross-loop calls, taken once per tick, and the doorbells rung at the end
+// of the tick for the loops this one sent to. Private to the runtime.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace spindle::detail {
+
+class group_core;
+class loop_core;
+
+class group_member {
+public:
+    group_member(group_core& group, std::uint32_t index) : m_group(group), m_index(index) {}
+
+    group_core& group() const noexcept { return m_group; }
+    std::uint32_t index() const noexcept { return m_index; }
+    loop_core* core() const noexcept { return m_core; }
+    void attach(loop_core* core) noexcept { m_core = core; }
+
+    /// Once per tick: handles what other loops sent (requests to run, replies
+    /// to this loop's calls), when the doorbell says there is any.
+    void take_mail() {
+        if (m_mail.load(std::memory_order_relaxed) && m_mail.exchange(false, std::memory_order_seq_cst)) drain();
+    }
+    /// Before the loop sleeps (after announcing it): mail would be missed.
+    bool has_mail() const noexcept { return m_mail.load(std::memory_order_seq_cst); }
+    /// At the end of the tick and before sleeping: rings the doorbell of
+    /// every loop this one sent to, and wakes those that sleep.
+    void send_mail() noexcept {
+        if (!m_dirty.empty()) ring_doorbells();
+    }
+    /// A cell went to loop `to` (on this loop's thread).
+    void note_sent(std::uint32_t to) {
+        if (m_dirty_flag.empty()) m_dirty_flag.resize(m_dirty_capacity, 0);
+        if (!m_dirty_flag[to]) {
+            m_dirty_flag[to] = 1;
+            m_dirty.push_back(to);
+        }
+    }
+    void reserve_targets(std::size_t n) {
+        m_dirty_capacity = n;
+        m_dirty_flag.assign(n, 0);
+        m_dirty.reserve(n);
+    }
+
+    /// Another loop's thread: there is mail for this loop.
+    void ring() noexcept { m_mail.store(true, std::memory_order_seq_cst); }
+
+private:
+    void drain();
+    void ring_doorbells() noexcept;
+
+    group_core& m_group;
+    std::uint32_t m_index;
+    loop_core* m_core = nullptr;
+    std::vector<std::uint32_t> m_dirty;
+    std::vector<char> m_dirty_flag;
+    std::size_t m_dirty_capacity = 0;
+    // Written by every loop that sends here: a line of its own.
+    alignas(64) std::atomic<bool> m_mail{false};
+};
+
+}  // namespace spindle::detail
