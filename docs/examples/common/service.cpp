@@ -27,8 +27,10 @@ namespace {
         {"--host ADDRESS", "address to listen on (default 127.0.0.1)"},
         {"--port N", "port to listen on (default " + std::to_string(info.default_port) + "; 0 picks a free one)"},
         {"--backend NAME", "automatic, epoll, io_uring or kqueue (default automatic)"},
+        {"--threads N", "loops, one thread each (default 1; 0: one per CPU)"},
+        {"--distribute MODE", "with several loops: reuseport (default: the kernel spreads connections) or least-loaded"},
     };
-    std::string synopsis = " [--host ADDRESS] [--port N] [--backend NAME]";
+    std::string synopsis = " [--host ADDRESS] [--port N] [--backend NAME] [--threads N] [--distribute MODE]";
     for (const service_flag& f : info.flags) {
         std::string flag = std::string(f.name) + " " + std::string(f.value_name);
         synopsis += " [" + flag + "]";
@@ -88,6 +90,24 @@ service_options parse_service_options(int argc, char** argv, const service_info&
                 usage(info, stderr, 2);
             }
             options.backend = *kind;
+        } else if (arg == "--threads") {
+            std::string_view text = value();
+            unsigned n = 0;
+            auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+            if (ec != std::errc() || end != text.data() + text.size() || n > 1024) {
+                std::fprintf(stderr, "%s: bad thread count '%.*s'\n", argv[0], static_cast<int>(text.size()), text.data());
+                usage(info, stderr, 2);
+            }
+            options.threads = n;
+        } else if (arg == "--distribute") {
+            std::string_view text = value();
+            auto mode = net::distribution_from_string(text);
+            if (!mode) {
+                std::fprintf(stderr, "%s: unknown distribution '%.*s' (reuseport or least-loaded)\n", argv[0],
+                             static_cast<int>(text.size()), text.data());
+                usage(info, stderr, 2);
+            }
+            options.distribute = *mode;
         } else if (auto own = std::find_if(info.flags.begin(), info.flags.end(),
                                            [&](const service_flag& f) { return f.name == arg; });
                    own != info.flags.end()) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <pthread.h>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -27,6 +28,11 @@ struct service_options {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
     backend_kind backend = backend_kind::automatic;
+    /// Loops, one thread each (--threads; 0: one per CPU). 1: one loop on
+    /// the main thread.
+    unsigned threads = 1;
+    /// How a group's loops share the listening address (--distribute).
+    net::distribution distribute = net::distribution::reuseport;
 };
 
 /// A flag of one program, beside the shared ones: "--name VALUE".
@@ -210,6 +216,85 @@ int run_service_loop(const loop_options& options, MakeMain make_main) {
     std::optional<loop> l;
     if (!open_loop(l, options)) return 1;
     return l->block_on(make_main());
+}
+
+/// One loop of a group serving its share of `listener`'s connections until
+/// `stop`, then waiting for them all (loop 0 also prints the task dump on
+/// SIGUSR1).
+template <class Handler>
+task<int> serve_share(net::shared_listener listener, std::string_view name, Handler& handler, std::stop_token stop) {
+    join_handle<void> dumps;
+    if (loop_group::current_index() == 0) {
+        loop::current().catch_signal(SIGUSR1);
+        dumps = loop::current().spawn(dump_on_sigusr1(stop), "dump on SIGUSR1");
+    }
+    connection_set connections;
+    for (;;) {
+        result<net::tcp_stream> stream = co_await listener.accept(stop);
+        if (!stream) {
+            if (stop.stop_requested()) break;
+            logger()->warn("{}: accept: {}", name, stream.error().message());
+            continue;
+        }
+        (void)stream->set_nodelay(true);
+        connections.spawn(handler(std::move(*stream), stop));
+    }
+    listener.close();
+    co_await connections.wait_all();
+    if (dumps.valid()) co_await dumps;
+    co_return 0;
+}
+
+/// A TCP service on options.threads loops: with 1, run_tcp_service on one
+/// loop; with more (0: one per CPU), a loop_group whose loops share the
+/// address as options.distribute says, each serving its connections with
+/// `handler`, stopped together by SIGINT or SIGTERM. `on_group(group)` runs
+/// before the loops start (per-loop state is sized there). The exit status.
+template <class Handler, class OnGroup>
+int serve_tcp(const service_options& options, loop_options lo, std::string_view name, Handler handler, OnGroup on_group) {
+    lo.backend = options.backend;
+    if (options.threads == 1)
+        return run_service_loop(lo, [&] { return run_tcp_service(options, name, handler); });
+    const int n = static_cast<int>(name.size());
+    result<net::address> at = net::address::from_ip(options.host, options.port);
+    if (!at) {
+        std::fprintf(stderr, "%.*s: '%s' is not a numeric address\n", n, name.data(), options.host.c_str());
+        return 2;
+    }
+    // Threads started from here inherit the mask: SIGUSR1 reaches loop 0's
+    // wait only (the group blocks its stop signals itself).
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    ::pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+    loop_group_options go;
+    go.threads = options.threads;
+    go.loop = lo;
+    std::optional<loop_group> group;
+    group.emplace(go);
+    result<net::shared_listener> listener = net::shared_listener::bind(*group, *at, options.distribute);
+    if (!listener) {
+        std::fprintf(stderr, "%.*s: cannot listen on %s: %s\n", n, name.data(), at->to_string().c_str(),
+                     listener.error().message().c_str());
+        return 1;
+    }
+    on_group(*group);
+    std::printf("%.*s listening on %s (%zu loops, %.*s)\n", n, name.data(), listener->local_address().to_string().c_str(),
+                group->size(), static_cast<int>(to_string(options.distribute).size()), to_string(options.distribute).data());
+    std::fflush(stdout);
+    try {
+        return group->run([&](std::stop_token stop) -> task<int> {
+            return serve_share(*listener, name, handler, std::move(stop));
+        });
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%.*s: %s\n", n, name.data(), e.what());
+        return 1;
+    }
+}
+
+template <class Handler>
+int serve_tcp(const service_options& options, const loop_options& lo, std::string_view name, Handler handler) {
+    return serve_tcp(options, lo, name, std::move(handler), [](loop_group&) {});
 }
 
 }  // namespace spindle::examples

@@ -40,7 +40,5 @@ task<void> echo(Stream stream, std::stop_token stop) {
 int main(int argc, char** argv) {
     const service_options options =
         parse_service_options(argc, argv, {"spindle-echo", "A TCP echo server, one coroutine per connection.", 7007});
-    loop_options lo;
-    lo.backend = options.backend;
-    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-echo", echo<net::tcp_stream>); });
+    return serve_tcp(options, loop_options{}, "spindle-echo", echo<net::tcp_stream>);
 }

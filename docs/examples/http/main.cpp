@@ -37,7 +37,5 @@ int main(int argc, char** argv) {
     const service_options options = parse_service_options(
         argc, argv,
         {"spindle-http", "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\"; keep-alive and pipelining.", 8080});
-    loop_options lo;
-    lo.backend = options.backend;
-    return run_service_loop(lo, [&] { return run_tcp_service(options, "spindle-http", serve_connection<net::tcp_stream>); });
+    return serve_tcp(options, loop_options{}, "spindle-http", serve_connection<net::tcp_stream>);
 }

@@ -4,10 +4,40 @@
 #include <spindle/net/listener.hpp>
 #include <spindle/net/stream.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 namespace spindle::net {
+
+class shared_listener;
+
+namespace detail {
+/// Counts a connection among its loop's live connections (shared_listener)
+/// until it is closed or destroyed.
+class live_connection {
+public:
+    live_connection() noexcept = default;
+    explicit live_connection(std::atomic<std::int64_t>* counter) noexcept : m_counter(counter) {}
+    live_connection(live_connection&& other) noexcept : m_counter(std::exchange(other.m_counter, nullptr)) {}
+    live_connection& operator=(live_connection&& other) noexcept {
+        if (this != &other) {
+            release();
+            m_counter = std::exchange(other.m_counter, nullptr);
+        }
+        return *this;
+    }
+    ~live_connection() { release(); }
+    void release() noexcept {
+        if (std::atomic<std::int64_t>* c = std::exchange(m_counter, nullptr)) c->fetch_sub(1, std::memory_order_relaxed);
+    }
+
+private:
+    std::atomic<std::int64_t>* m_counter = nullptr;
+};
+}  // namespace detail
 
 class tcp_stream : public stream_socket {
 public:
@@ -27,6 +57,13 @@ public:
     /// The address this stream is connected to.
     const address& peer() const noexcept { return m_peer; }
 
+    /// Closes the stream (see socket_base::close); a connection a
+    /// shared_listener gave stops counting as live.
+    void close() noexcept {
+        stream_socket::close();
+        m_live.release();
+    }
+
     /// TCP_NODELAY: send small writes at once instead of coalescing them.
     result<void> set_nodelay(bool on) noexcept;
     /// SO_KEEPALIVE, and with a non-zero `idle`, TCP_KEEPIDLE in seconds
@@ -34,7 +71,9 @@ public:
     result<void> set_keepalive(bool on, std::chrono::seconds idle = std::chrono::seconds(0)) noexcept;
 
 private:
+    friend class shared_listener;
     address m_peer;
+    detail::live_connection m_live;
 };
 
 class tcp_listener : public socket_base {

@@ -1,0 +1,235 @@
+#include <spindle/channel.hpp>
+#include <spindle/errc.hpp>
+#include <spindle/log.hpp>
+#include <spindle/loop.hpp>
+#include <spindle/loop_group.hpp>
+#include <spindle/net/error.hpp>
+#include <spindle/net/shared_listener.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace spindle::net {
+
+namespace {
+
+// An accepted descriptor on its way to the loop that will own it: closed if
+// it never gets there (the call cancelled, the loop gone). It was never used
+// with the accepting loop's backend, so a plain close is right.
+class handoff {
+public:
+    handoff(int fd, const address& peer) noexcept : m_fd(fd), m_peer(peer) {}
+    handoff(handoff&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)), m_peer(other.m_peer) {}
+    handoff& operator=(handoff&& other) noexcept {
+        if (this != &other) {
+            reset();
+            m_fd = std::exchange(other.m_fd, -1);
+            m_peer = other.m_peer;
+        }
+        return *this;
+    }
+    handoff(const handoff&) = delete;
+    handoff& operator=(const handoff&) = delete;
+    ~handoff() { reset(); }
+
+    int release() noexcept { return std::exchange(m_fd, -1); }
+    const address& peer() const noexcept { return m_peer; }
+
+private:
+    void reset() noexcept {
+        if (m_fd >= 0) ::close(std::exchange(m_fd, -1));
+    }
+    int m_fd;
+    address m_peer;
+};
+
+}  // namespace
+
+struct shared_listener::state {
+    struct per_loop {
+        // Read by the accepting loop, written by this one: a line of its own.
+        alignas(64) std::atomic<std::int64_t> live{0};
+        std::atomic<bool> accepting{false};
+        unique_fd socket;  // reuseport: this loop's listening socket
+        // least_loaded: what the accepting loop handed over. Made, used and
+        // emptied on this loop's thread (destroyed after the loops are gone).
+        std::optional<channel<handoff>> inbox;
+    };
+
+    distribution mode;
+    address at;
+    std::vector<std::unique_ptr<per_loop>> loops;
+    unique_fd socket;  // least_loaded: the one listening socket
+    std::atomic<bool> pump_claimed{false};
+    std::atomic<bool> closed{false};
+};
+
+std::string_view to_string(distribution d) noexcept { return d == distribution::reuseport ? "reuseport" : "least-loaded"; }
+
+std::optional<distribution> distribution_from_string(std::string_view name) noexcept {
+    if (name == "reuseport") return distribution::reuseport;
+    if (name == "least-loaded" || name == "least_loaded") return distribution::least_loaded;
+    return std::nullopt;
+}
+
+result<shared_listener> shared_listener::bind(const loop_group& group, const address& at, distribution d,
+                                              listen_options options) {
+    auto s = std::make_shared<state>();
+    s->mode = d;
+    for (std::size_t i = 0; i < group.size(); ++i) s->loops.push_back(std::make_unique<state::per_loop>());
+    if (d == distribution::least_loaded) {
+        result<unique_fd> fd = detail::listen_on(at, options);
+        if (!fd) return fd.error();
+        s->socket = std::move(*fd);
+    } else {
+        options.reuse_port = true;
+        address where = at;
+        for (auto& l : s->loops) {
+            result<unique_fd> fd = detail::listen_on(where, options);
+            if (!fd) return fd.error();
+            l->socket = std::move(*fd);
+            // The first socket picked the port (for port 0): the others share it.
+            if (where.port() == 0) {
+                ::socklen_t len = address::capacity();
+                if (::getsockname(l->socket.get(), where.native(), &len) != 0)
+                    return std::error_code(errno, std::system_category());
+                where.set_size(len);
+            }
+        }
+    }
+    // The address as bound, for port 0.
+    const int fd = d == distribution::least_loaded ? s->socket.get() : s->loops.front()->socket.get();
+    address bound;
+    ::socklen_t len = address::capacity();
+    if (::getsockname(fd, bound.native(), &len) != 0) return std::error_code(errno, std::system_category());
+    bound.set_size(len);
+    s->at = bound;
+    return shared_listener(std::move(s));
+}
+
+namespace {
+
+// The loop with the fewest live connections among those accepting; ties go
+// to the one after the last choice, so equal loads take turns.
+std::size_t least_loaded(shared_listener::state& s, std::size_t& turn) {
+    const std::size_t n = s.loops.size();
+    std::size_t best = n;
+    std::int64_t fewest = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = (turn + k) % n;
+        const auto& l = *s.loops[i];
+        if (!l.accepting.load(std::memory_order_acquire)) continue;
+        const std::int64_t live = l.live.load(std::memory_order_relaxed);
+        if (live < fewest) {
+            fewest = live;
+            best = i;
+        }
+    }
+    if (best == n) best = loop_group::current_index();
+    turn = best + 1;
+    return best;
+}
+
+}  // namespace
+
+// The accepting loop of least_loaded: accepts and hands each connection over.
+static task<void> pump(std::shared_ptr<shared_listener::state> s, std::stop_token stop) {
+    const std::size_t me = loop_group::current_index();
+    std::size_t turn = 0;
+    for (;;) {
+        result<detail::accepted> a = co_await detail::accept_from(s->socket, stop);
+        if (!a) {
+            if (stop.stop_requested() || s->closed.load() || a.error() == std::errc::operation_canceled) break;
+            logger()->warn("shared_listener: accept: {}", a.error().message());
+            continue;
+        }
+        const std::size_t target = least_loaded(*s, turn);
+        // Counted at once, so the next choice already sees it.
+        s->loops[target]->live.fetch_add(1, std::memory_order_relaxed);
+        handoff h(a->fd.release(), a->peer);
+        if (target == me) {
+            (void)s->loops[me]->inbox->try_send(std::move(h));
+            continue;
+        }
+        // The capture is named apart from `h`: g++ 12 inside a coroutine
+        // leaves `h = std::move(h)` unmoved.
+        auto hand_over = [s, target, connection = std::move(h)]() mutable {
+            auto& inbox = s->loops[target]->inbox;
+            // The target's inbox exists: it called accept() before it was chosen.
+            if (inbox) (void)inbox->try_send(std::move(connection));
+        };
+        result<void> sent = co_await submit_to(target, std::move(hand_over));
+        if (!sent) {
+            // Cancelled on the way (the group stops): the descriptor was
+            // closed with the call, it never counted.
+            s->loops[target]->live.fetch_sub(1, std::memory_order_relaxed);
+            if (stop.stop_requested()) break;
+        }
+    }
+}
+
+task<result<tcp_stream>> shared_listener::accept(std::stop_token token) {
+    const std::size_t me = loop_group::current_index();
+    state& s = *m_state;
+    auto& mine = *s.loops.at(me);
+    if (s.mode == distribution::reuseport) {
+        mine.accepting.store(true, std::memory_order_release);
+        result<detail::accepted> a = co_await detail::accept_from(mine.socket, std::move(token));
+        if (!a) co_return a.error();
+        tcp_stream stream(std::move(a->fd), a->peer);
+        mine.live.fetch_add(1, std::memory_order_relaxed);
+        stream.m_live = detail::live_connection(&mine.live);
+        co_return stream;
+    }
+    if (!mine.inbox) mine.inbox.emplace(unbounded_channel);
+    mine.accepting.store(true, std::memory_order_release);
+    if (!s.pump_claimed.exchange(true)) loop::current().spawn(pump(m_state, token), "shared_listener accept").detach();
+    result<handoff> h = co_await mine.inbox->receive(std::move(token));
+    if (!h) co_return h.error() == spindle::errc::channel_closed ? cancelled_error() : h.error();
+    tcp_stream stream(unique_fd(h->release()), h->peer());
+    // Counted when the accepting loop chose this one.
+    stream.m_live = detail::live_connection(&mine.live);
+    co_return stream;
+}
+
+const address& shared_listener::local_address() const noexcept { return m_state->at; }
+distribution shared_listener::mode() const noexcept { return m_state->mode; }
+
+std::size_t shared_listener::live(std::size_t index) const noexcept {
+    if (index >= m_state->loops.size()) return 0;
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, m_state->loops[index]->live.load(std::memory_order_relaxed)));
+}
+
+double shared_listener::imbalance() const noexcept {
+    std::size_t total = 0, most = 0;
+    for (std::size_t i = 0; i < m_state->loops.size(); ++i) {
+        total += live(i);
+        most = std::max(most, live(i));
+    }
+    if (total == 0) return 0;
+    return static_cast<double>(most) * static_cast<double>(m_state->loops.size()) / static_cast<double>(total);
+}
+
+void shared_listener::close() noexcept {
+    state& s = *m_state;
+    s.closed.store(true);
+    if (loop_group::current_or_null()) {
+        auto& mine = *s.loops.at(loop_group::current_index());
+        mine.socket.reset();
+        if (mine.inbox) mine.inbox->close();
+    }
+    if (s.pump_claimed.load()) {
+        // Only the accepting loop may close the one socket: its accept waits on it.
+        if (s.socket.owner() == loop::current_or_null()) s.socket.reset();
+    }
+}
+
+}  // namespace spindle::net
