@@ -372,6 +372,7 @@ private:
 
     // What a request whose callable could not be stored carries instead.
     struct failed_call {
+        explicit failed_call(std::exception_ptr error) noexcept : m_error(std::move(error)) {}
         std::exception_ptr m_error;
         V operator()() { std::rethrow_exception(m_error); }
     };
