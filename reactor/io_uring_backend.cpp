@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <poll.h>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <sys/eventfd.h>
 #include <system_error>
@@ -32,6 +34,12 @@
 #endif
 #ifndef IORING_FEAT_CQE_SKIP
 #define IORING_FEAT_CQE_SKIP (1U << 11)
+#endif
+#ifndef IORING_SETUP_SINGLE_ISSUER
+#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
+#endif
+#ifndef IORING_SETUP_DEFER_TASKRUN
+#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
 #endif
 
 namespace spindle::reactor {
@@ -122,11 +130,11 @@ io_uring_backend::io_uring_backend(const backend_options& options, std::string& 
     m_fail_submit = injected == fault::submit;
     if (injected == fault::setup)
         throw std::system_error(EPERM, std::system_category(), "io_uring_queue_init (made to fail by SPINDLE_IO_URING_FAIL)");
-    (void)options;
-    (void)notes;
-    setup_ring();
+    m_single_thread = options.single_thread;
+    setup_ring(notes);
     try {
         check_kernel();
+        if (m_single_thread) register_ring(notes);
         m_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (m_wake_fd < 0) throw std::system_error(errno, std::system_category(), "eventfd");
         m_slots.reserve(256);
@@ -147,12 +155,15 @@ io_uring_backend::io_uring_backend(const backend_options& options, std::string& 
 
 io_uring_backend::~io_uring_backend() {
     // Every operation was forgotten or completed by now (the loop sees to it);
-    // closing the ring cancels our own wake-up poll.
+    // closing the ring cancels our own wake-up poll. A registered ring
+    // descriptor is released too (io_uring_queue_exit does it), from the
+    // table of the calling thread: which is why a single-thread ring must be
+    // destroyed on its own thread.
     ::io_uring_queue_exit(&m_ring);
     ::close(m_wake_fd);
 }
 
-void io_uring_backend::setup_ring() {
+void io_uring_backend::setup_ring(std::string& notes) {
     // COOP_TASKRUN: completions are run when we next enter the kernel instead
     // of interrupting the thread with an IPI; TASKRUN_FLAG tells us when such
     // work waits, so a zero-timeout poll() enters only then (5.19).
@@ -162,33 +173,64 @@ void io_uring_backend::setup_ring() {
     // when that thread next enters the kernel: whatever the loop waits on must
     // be made by the thread that runs it (adopt_calling_thread).
     //
-    // Not used: SINGLE_ISSUER with DEFER_TASKRUN (6.1). It ties the ring to the
-    // thread that created it: an io_uring_enter from any other thread fails
-    // with EEXIST, yet an application may build a loop on one thread and run
-    // it on another. DEFER_TASKRUN also leaves a poller of the ring's
-    // descriptor asleep until the owner enters the kernel, which breaks
-    // native_handle() for hosts that fold the loop into their own poller.
+    // SINGLE_ISSUER (6.0) with DEFER_TASKRUN (6.1), for a single-thread loop
+    // only. They tie the ring to the thread that created it: an io_uring_enter
+    // from any other thread fails with EEXIST, so a loop built on one thread
+    // and run on another could not use them. DEFER_TASKRUN keeps completions
+    // as task work of the ring until its owner enters with GETEVENTS (which
+    // every poll() that may find work does: see poll()), instead of running
+    // them on the thread's next syscall of any kind; it also leaves a poller
+    // of the ring's descriptor asleep until then, so native_handle() is no
+    // use to a host's poller with it. TASKRUN_FLAG still raises
+    // IORING_SQ_TASKRUN for that deferred work.
     constexpr unsigned base = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
-    constexpr unsigned attempts[] = {
-        base | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
-        base | IORING_SETUP_SUBMIT_ALL,
-        base,
-    };
+    constexpr unsigned shared = base | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    constexpr unsigned single_issuer = shared | IORING_SETUP_SINGLE_ISSUER;
+    constexpr unsigned deferred = single_issuer | IORING_SETUP_DEFER_TASKRUN;
+    constexpr unsigned shared_attempts[] = {shared, base | IORING_SETUP_SUBMIT_ALL, base};
+    constexpr unsigned single_attempts[] = {deferred, single_issuer, shared, base | IORING_SETUP_SUBMIT_ALL, base};
+    const std::span<const unsigned> attempts = m_single_thread ? std::span<const unsigned>(single_attempts)
+                                                               : std::span<const unsigned>(shared_attempts);
     // Before 5.12 the rings count against RLIMIT_MEMLOCK, 64 KiB by default on
     // some systems: when the full size is refused with ENOMEM, try a small ring.
     constexpr std::pair<unsigned, unsigned> sizes[] = {{sq_entries, cq_entries}, {small_sq_entries, small_cq_entries}};
     int r = -EINVAL;
+    unsigned taken = 0;
     for (const auto& [sq, cq] : sizes) {
         for (unsigned flags : attempts) {
             ::io_uring_params params{};
             params.flags = flags;
             params.cq_entries = cq;
+            taken = flags;
             r = ::io_uring_queue_init_params(sq, &m_ring, &params);
             if (r != -EINVAL) break;  // EINVAL: a flag this kernel does not know; try fewer
         }
         if (r != -ENOMEM) break;
     }
     if (r < 0) throw std::system_error(-r, std::system_category(), setup_failure(-r));
+    if (!m_single_thread || taken == deferred) return;
+    if (taken == single_issuer)
+        notes = "io_uring: deferred task work unavailable (kernel before 6.1), using a single-issuer ring with cooperative task work";
+    else if (taken == shared)
+        notes = "io_uring: single-issuer ring with deferred task work unavailable (kernel before 6.1), using a shared ring with cooperative task work";
+    else
+        notes = "io_uring: single-issuer ring with deferred task work unavailable (kernel before 6.1), using a plain ring";
+}
+
+void io_uring_backend::register_ring(std::string& notes) noexcept {
+    // Every io_uring_enter looks the ring's descriptor up in the process's
+    // file table, taking and dropping a reference to the file; a registered
+    // ring is found in the calling thread's own table instead (5.18). Only
+    // for a single-thread ring: the registration belongs to the thread that
+    // made it, and liburing then enters through it from whatever thread calls.
+    // m_ring.ring_fd stays the real descriptor (native_handle(), close);
+    // liburing keeps the registered index apart, in enter_ring_fd.
+    const int r = ::io_uring_register_ring_fd(&m_ring);
+    if (r == 1) return;
+    if (!notes.empty()) notes += "; ";
+    notes += "io_uring: the ring's descriptor cannot be registered (";
+    notes += r == -EINVAL ? "kernel before 5.18" : std::strerror(-r);
+    notes += "), every enter looks it up";
 }
 
 void io_uring_backend::check_kernel() {
@@ -535,13 +577,28 @@ void io_uring_backend::close_fd(int fd) noexcept {
 
 int io_uring_backend::poll(std::chrono::nanoseconds timeout) {
     m_completed = 0;
-    if (std::this_thread::get_id() != m_issuer) [[unlikely]]
+    if (std::this_thread::get_id() != m_issuer) [[unlikely]] {
+        // A single-issuer ring refuses every enter from another thread
+        // (EEXIST), and a registered descriptor means nothing there: the
+        // loop checks this first, so only a misuse of the backend gets here.
+        if (m_single_thread)
+            throw std::logic_error("spindle: a single-thread io_uring backend polled from another thread");
         adopt_calling_thread();
+    }
     if (!m_collected.empty() || ::io_uring_cq_ready(&m_ring) > 0) timeout = std::chrono::nanoseconds::zero();
     if (timeout == std::chrono::nanoseconds::zero()) {
         // Enter only to send requests or to run completions the kernel holds
         // for us (IORING_SQ_TASKRUN) or could not fit in the queue; otherwise
         // the completion queue is read without a syscall.
+        //
+        // Under DEFER_TASKRUN nothing reaches the completion queue until we
+        // enter with GETEVENTS (io_uring_submit_and_get_events always asks
+        // for it), and the kernel raises IORING_SQ_TASKRUN for deferred work
+        // as for cooperative work: the same test finds it, with no enter
+        // while nothing completed. A recent kernel runs at most 20 items of
+        // deferred work per enter and leaves the flag raised while any are
+        // left, so a burst larger than that takes one enter per 20, each
+        // tick's poll() picking up where the last stopped (checked on 6.18).
         const unsigned kernel_flags = IO_URING_READ_ONCE(*m_ring.sq.kflags);
         if (::io_uring_sq_ready(&m_ring) > 0 || (kernel_flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
             const int r = ::io_uring_submit_and_get_events(&m_ring);

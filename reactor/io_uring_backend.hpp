@@ -79,7 +79,8 @@ private:
         std::uint32_t flags;
     };
 
-    void setup_ring();
+    void setup_ring(std::string& notes);
+    void register_ring(std::string& notes) noexcept;
     void check_kernel();
     std::uint32_t allocate_slot(operation& op);
     void release_slot(std::uint32_t index) noexcept;
@@ -109,6 +110,9 @@ private:
     std::thread::id m_issuer = std::this_thread::get_id();
     std::uint32_t m_issuer_epoch = 0;
     bool m_fail_submit = false;  // SPINDLE_IO_URING_FAIL=submit (tests)
+    // backend_options::single_thread: m_issuer never changes; the ring may be
+    // single-issuer with deferred task work and its descriptor registered.
+    bool m_single_thread = false;
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
 
