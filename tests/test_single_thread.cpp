@@ -175,6 +175,7 @@ TEST_CASE("a single-thread loop sleeps, and wakes for a post from another thread
     std::atomic<int> ran{0};
     std::atomic<bool> built{false};
     std::atomic<spindle::loop*> where{nullptr};
+    std::atomic<bool> stop_returned{false};
     std::thread owner([&] {
         loop l(single_thread_options());
         where.store(&l);
@@ -184,6 +185,10 @@ TEST_CASE("a single-thread loop sleeps, and wakes for a post from another thread
             built.store(true);
         }(built)).detach();
         l.run();
+        // run() may return while stop() is still inside the loop on the
+        // other thread (it wakes the backend after setting the flag): the
+        // loop must outlive that call.
+        while (!stop_returned.load()) std::this_thread::yield();
     });
     while (!where.load()) std::this_thread::yield();
     while (!built.load()) std::this_thread::sleep_for(1ms);
@@ -192,6 +197,7 @@ TEST_CASE("a single-thread loop sleeps, and wakes for a post from another thread
     for (int i = 0; i < 5000 && ran.load() == 0; ++i) std::this_thread::sleep_for(1ms);
     CHECK(ran.load() == 1);
     where.load()->stop();
+    stop_returned.store(true);
     owner.join();
 }
 
