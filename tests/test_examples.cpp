@@ -421,6 +421,68 @@ TEST_CASE("spindle-resp works with redis-cli and redis-benchmark") {
     CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
 
+TEST_CASE("every TCP example with --threads 4 stops with status 0 within a second of SIGTERM, with connections open") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_HTTP", "SPINDLE_RESP"}) {
+        for (const char* mode : {"reuseport", "least-loaded"}) {
+            INFO(env << " --distribute " << mode);
+            process server({program(env), "--port", "0", "--threads", "4", "--distribute", mode});
+            std::uint16_t port = server.wait_listening();
+            CHECK(server.output().find("(4 loops, " + std::string(mode) + ")") != std::string::npos);
+            std::vector<std::unique_ptr<client>> open;
+            for (int i = 0; i < 16; ++i) open.push_back(std::make_unique<client>(port));
+            std::this_thread::sleep_for(100ms);  // let the loops accept them
+            const auto start = std::chrono::steady_clock::now();
+            int status = server.stop(SIGTERM);
+            const auto took = std::chrono::steady_clock::now() - start;
+            INFO("output: " << server.output());
+            CHECK(exited_cleanly(status));
+            CHECK(took < 1s);
+            for (auto& c : open) CHECK(c->closed_by_peer());
+        }
+    }
+}
+
+TEST_CASE("spindle-resp --threads 4: SET on one connection and GET on another agree, whatever loop owns the key") {
+    if (!on_path("redis-cli") || !on_path("redis-benchmark")) {
+        WARN("redis-tools is not installed (./setup.sh installs it): skipped");
+        return;
+    }
+    for (const char* mode : {"reuseport", "least-loaded"}) {
+        INFO("--distribute " << mode);
+        process server({program("SPINDLE_RESP"), "--port", "0", "--threads", "4", "--distribute", mode});
+        const std::string port = std::to_string(server.wait_listening());
+        // Each redis-cli call is a new connection, landing on any loop.
+        auto cli = [&](std::vector<std::string> args) {
+            std::vector<std::string> argv{"redis-cli", "-h", "127.0.0.1", "-p", port};
+            argv.insert(argv.end(), args.begin(), args.end());
+            command_result r = run(argv, 20s);
+            INFO(r.output);
+            REQUIRE(r.status == 0);
+            return r.output;
+        };
+        for (int i = 0; i < 24; ++i) CHECK(cli({"SET", "key:" + std::to_string(i), "value " + std::to_string(i)}) == "OK\n");
+        for (int i = 0; i < 24; ++i) CHECK(cli({"GET", "key:" + std::to_string(i)}) == "value " + std::to_string(i) + "\n");
+        for (int i = 0; i < 10; ++i) CHECK(cli({"INCR", "shared counter"}) == std::to_string(i + 1) + "\n");
+        CHECK(cli({"EXISTS", "key:1", "key:2", "key:3", "nothing"}) == "3\n");
+        CHECK(cli({"DEL", "key:1", "key:2", "nothing"}) == "2\n");
+        CHECK(cli({"GET", "key:1"}) == "\n");
+        CHECK(cli({"PING"}) == "PONG\n");
+
+        // Many clients at once, random keys over every shard, pipelined.
+        command_result bench = run({"redis-benchmark", "-h", "127.0.0.1", "-p", port, "-n", "20000", "-c", "50", "-P", "8", "-r",
+                                    "10000", "-q", "-t", "set,get,incr"},
+                                   120s);
+        INFO(bench.output);
+        CHECK(bench.status == 0);
+        for (const char* name : {"SET", "GET", "INCR"}) CHECK(bench.output.find(std::string(name) + ": ") != std::string::npos);
+        CHECK(bench.output.find("rror") == std::string::npos);
+        // What the benchmark wrote is there afterwards, from a new connection.
+        CHECK(cli({"SET", "after", "bench"}) == "OK\n");
+        CHECK(cli({"GET", "after"}) == "bench\n");
+        CHECK(exited_cleanly(server.stop(SIGTERM)));
+    }
+}
+
 TEST_CASE("spindle-resp answers a protocol error with -ERR and closes") {
     process server({program("SPINDLE_RESP"), "--port", "0"});
     std::uint16_t port = server.wait_listening();
