@@ -21,18 +21,22 @@ namespace spindle::net {
 
 namespace {
 
-// An accepted descriptor on its way to the loop that will own it: closed if
-// it never gets there (the call cancelled, the loop gone). It was never used
+// An accepted descriptor on its way to the loop that will own it, counted
+// among that loop's live connections from the moment it was chosen. If it
+// never gets there (the call cancelled before it was sent, the loop's inbox
+// closed, the group gone) it is closed and uncounted here. It was never used
 // with the accepting loop's backend, so a plain close is right.
 class handoff {
 public:
-    handoff(int fd, const address& peer) noexcept : m_fd(fd), m_peer(peer) {}
-    handoff(handoff&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)), m_peer(other.m_peer) {}
+    handoff(int fd, const address& peer, std::atomic<std::int64_t>* live) noexcept : m_fd(fd), m_peer(peer), m_live(live) {}
+    handoff(handoff&& other) noexcept
+        : m_fd(std::exchange(other.m_fd, -1)), m_peer(other.m_peer), m_live(std::exchange(other.m_live, nullptr)) {}
     handoff& operator=(handoff&& other) noexcept {
         if (this != &other) {
             reset();
             m_fd = std::exchange(other.m_fd, -1);
             m_peer = other.m_peer;
+            m_live = std::exchange(other.m_live, nullptr);
         }
         return *this;
     }
@@ -40,15 +44,21 @@ public:
     handoff& operator=(const handoff&) = delete;
     ~handoff() { reset(); }
 
-    int release() noexcept { return std::exchange(m_fd, -1); }
+    /// The descriptor and its count, for the stream that takes both over.
+    int release() noexcept {
+        m_live = nullptr;
+        return std::exchange(m_fd, -1);
+    }
     const address& peer() const noexcept { return m_peer; }
 
 private:
     void reset() noexcept {
         if (m_fd >= 0) ::close(std::exchange(m_fd, -1));
+        if (m_live) std::exchange(m_live, nullptr)->fetch_sub(1, std::memory_order_relaxed);
     }
     int m_fd;
     address m_peer;
+    std::atomic<std::int64_t>* m_live;
 };
 
 }  // namespace
@@ -152,9 +162,10 @@ static task<void> pump(std::shared_ptr<shared_listener::state> s, std::stop_toke
             continue;
         }
         const std::size_t target = least_loaded(*s, turn);
-        // Counted at once, so the next choice already sees it.
+        // Counted at once, so the next choice already sees it; the handoff
+        // uncounts it if it never arrives.
         s->loops[target]->live.fetch_add(1, std::memory_order_relaxed);
-        handoff h(a->fd.release(), a->peer);
+        handoff h(a->fd.release(), a->peer, &s->loops[target]->live);
         if (target == me) {
             (void)s->loops[me]->inbox->try_send(std::move(h));
             continue;
@@ -167,12 +178,9 @@ static task<void> pump(std::shared_ptr<shared_listener::state> s, std::stop_toke
             if (inbox) (void)inbox->try_send(std::move(connection));
         };
         result<void> sent = co_await submit_to(target, std::move(hand_over));
-        if (!sent) {
-            // Cancelled on the way (the group stops): the descriptor was
-            // closed with the call, it never counted.
-            s->loops[target]->live.fetch_sub(1, std::memory_order_relaxed);
-            if (stop.stop_requested()) break;
-        }
+        // Cancelled (the group stops): the handoff, wherever it was, closes
+        // and uncounts the connection if it was not delivered.
+        if (!sent && stop.stop_requested()) break;
     }
 }
 
@@ -194,8 +202,9 @@ task<result<tcp_stream>> shared_listener::accept(std::stop_token token) {
     if (!s.pump_claimed.exchange(true)) loop::current().spawn(pump(m_state, token), "shared_listener accept").detach();
     result<handoff> h = co_await mine.inbox->receive(std::move(token));
     if (!h) co_return h.error() == spindle::errc::channel_closed ? cancelled_error() : h.error();
-    tcp_stream stream(unique_fd(h->release()), h->peer());
-    // Counted when the accepting loop chose this one.
+    // Counted when the accepting loop chose this one: the stream takes it over.
+    const address peer = h->peer();
+    tcp_stream stream(unique_fd(h->release()), peer);
     stream.m_live = detail::live_connection(&mine.live);
     co_return stream;
 }
@@ -223,6 +232,7 @@ void shared_listener::close() noexcept {
     s.closed.store(true);
     if (loop_group::current_or_null()) {
         auto& mine = *s.loops.at(loop_group::current_index());
+        mine.accepting.store(false, std::memory_order_release);  // least_loaded chooses it no more
         mine.socket.reset();
         if (mine.inbox) mine.inbox->close();
     }

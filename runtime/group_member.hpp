@@ -48,6 +48,10 @@ public:
         m_dirty.reserve(n);
     }
 
+    /// When the group is done, before the loop goes: destroys what its rings
+    /// still hold, unrun.
+    void discard_mail() noexcept;
+
     /// Another loop's thread: there is mail for this loop.
     void ring() noexcept { m_mail.store(true, std::memory_order_seq_cst); }
 

@@ -178,6 +178,12 @@ int group_core::run(const std::function<task<int>(std::stop_token)>& main) {
         for (std::uint32_t i = 0; i < m_size; ++i) threads.emplace_back([this, i, &main] { run_loop(i, main); });
         for (std::thread& t : threads) t.join();
     }
+    {
+        // The loops are gone: at() says so instead of giving a dangling one.
+        std::lock_guard lock(m_mutex);
+        m_started = false;
+        std::fill(m_loops.begin(), m_loops.end(), nullptr);
+    }
     if (m_build_error) std::rethrow_exception(m_build_error);
     if (m_error) std::rethrow_exception(m_error);
     return m_status;
@@ -215,6 +221,9 @@ void group_core::run_loop(std::uint32_t index, const std::function<task<int>(std
     }
     m_stopped->arrive_and_wait();
     // Only now may this loop go: nobody rings it or posts to it any more.
+    // What is still in its rings is destroyed unrun (a capture, an outcome,
+    // a handed-over socket), on its own thread.
+    member(index).discard_mail();
     if (l) {
         for (std::uint32_t from = 0; from < m_size; ++from) between(from, index).m_running.clear();
         member(index).attach(nullptr);
@@ -391,7 +400,7 @@ void start_remote(link& l, std::uint32_t slot, std::uint32_t generation, task<vo
     remote_slot& r = l.m_running[slot];
     try {
         r.m_generation = generation;
-        r.m_task = loop::current().spawn(std::move(t), "call from loop " + std::to_string(l.m_from));
+        r.m_task = loop::current().spawn(std::move(t), "call from " + std::to_string(l.m_from));
         if (r.m_cancel_generation == generation) r.m_task.cancel();
     } catch (...) {
         // Spawning failed (out of memory): the task, and so its reply, never
@@ -405,22 +414,35 @@ void log_remote_failure() noexcept { log_callback_failure("cross-loop call"); }
 // --- the tick's side ---------------------------------------------------------------
 
 void group_member::drain() {
-    // Once per tick: what was published when each ring is looked at, no more,
-    // so a sender cannot keep this loop in its drain.
+    // Once per tick, at most a ring's capacity from each, so a sender that
+    // keeps sending cannot keep this loop in its drain.
     for (std::uint32_t other = 0; other < m_group.size(); ++other) {
         link& in = m_group.between(other, m_index);
         for (std::size_t n = in.m_requests.capacity(); n > 0; --n) {
             ring_cell* cell = in.m_requests.front();
             if (!cell) break;
-            header_of(*cell).m_handle(*cell, in);
+            header_of(*cell).m_handle(*cell, in, true);
             in.m_requests.pop();
         }
         link& out = m_group.between(m_index, other);
         for (std::size_t n = out.m_replies.capacity(); n > 0; --n) {
             ring_cell* cell = out.m_replies.front();
             if (!cell) break;
-            header_of(*cell).m_handle(*cell, out);
+            header_of(*cell).m_handle(*cell, out, true);
             out.m_replies.pop();
+        }
+    }
+}
+
+void group_member::discard_mail() noexcept {
+    for (std::uint32_t other = 0; other < m_group.size(); ++other) {
+        for (spsc_ring* ring : {&m_group.between(other, m_index).m_requests, &m_group.between(m_index, other).m_replies}) {
+            link& l = ring == &m_group.between(other, m_index).m_requests ? m_group.between(other, m_index)
+                                                                         : m_group.between(m_index, other);
+            while (ring_cell* cell = ring->front()) {
+                header_of(*cell).m_handle(*cell, l, false);
+                ring->pop();
+            }
         }
     }
 }

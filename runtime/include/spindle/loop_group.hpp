@@ -16,8 +16,8 @@
 ///
 /// Calls travel over a bounded single-producer single-consumer ring per
 /// ordered pair of loops, drained once per tick of the receiving loop, which
-/// is woken only if it sleeps (once per tick of the sender, however many
-/// calls). A caller with `calls_in_flight` calls already in flight to the
+/// is woken only if it sleeps (by the sender at the end of its tick's
+/// callbacks and before it polls the OS, however many calls). A caller with `calls_in_flight` calls already in flight to the
 /// same loop waits for one to finish: back-pressure, nothing is dropped and
 /// nobody spins. A call allocates nothing when its callable and its outcome
 /// fit in 48 bytes each (a function returning a task spawns that task).

@@ -19,7 +19,10 @@
 ///   the fewest live connections (closed ones no longer count), over a
 ///   cross-loop call. Even, at the cost of a call per connection.
 ///
-/// A live connection is a tcp_stream accept() gave that is still open.
+/// A live connection is a tcp_stream accept() gave that is still open; the
+/// listener (a copy of it) must outlive the streams it gave, which count
+/// themselves in it. Under least_loaded, the accepting loop accepts until
+/// the stop token of its first accept() call is requested.
 /// accept() takes a stop token; with it requested (or close()), it gives
 /// operation_canceled. Every loop that should receive connections calls
 /// accept(); least_loaded hands connections only to loops that have.
@@ -65,9 +68,10 @@ public:
     /// The busiest loop's live connections over the mean (1 is even; 0
     /// with none).
     double imbalance() const noexcept;
-    /// Closes the listening sockets: every accept() in progress gives
-    /// operation_canceled. Open connections stay open. Loop threads, while
-    /// the group runs.
+    /// On a loop of the group: this loop's share is closed, its accept() in
+    /// progress gives operation_canceled and least_loaded hands it nothing
+    /// more (reuseport: its socket is closed; least_loaded, on the accepting
+    /// loop: the one socket too). Open connections stay open.
     void close() noexcept;
 
     struct state;

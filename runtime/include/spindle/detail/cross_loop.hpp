@@ -6,8 +6,9 @@
 // a single-producer single-consumer ring of cache-line cells, plus a table
 // of the calls in flight on each side. A call holds one credit of its link
 // from the moment its request is built in the ring until the caller has
-// taken its reply; a link has as many credits as each ring has cells, so a
-// reply always finds a free cell and neither ring can overflow. With no
+// taken its reply; each ring has a cell more than the link has credits (the
+// one its consumer is handling), so a reply always finds a free cell and
+// neither ring can overflow. With no
 // credit left a caller waits, in order, for one (back-pressure).
 //
 // Cells are built in place and handled in place: the callable and the
@@ -49,9 +50,10 @@ struct call_wait_base;
 
 // --- cells ---------------------------------------------------------------------
 
-/// What every cell starts with: the function that handles (and destroys) its item.
+/// What every cell starts with: the function that handles its item (run
+/// true) or only destroys it (false: the group is gone), then destroys it.
 struct cell_header {
-    void (*m_handle)(ring_cell& cell, link& l) noexcept;
+    void (*m_handle)(ring_cell& cell, link& l, bool run) noexcept;
     std::uint32_t m_slot;
     std::uint32_t m_generation;
 };
@@ -232,7 +234,7 @@ struct call_wait_base : waiter, list_hook<credit_tag> {
 };
 
 template <class V>
-void deliver_reply(ring_cell& cell, link& l) noexcept;
+void deliver_reply(ring_cell& cell, link& l, bool run) noexcept;
 
 template <class V>
 struct reply_wait : call_wait_base {
@@ -263,9 +265,13 @@ task<void> run_remote(F fn, link& l, std::uint32_t slot, std::uint32_t generatio
 
 /// Runs the request in `cell` on the callee's loop and destroys it.
 template <class F>
-void handle_request(ring_cell& cell, link& l) noexcept {
+void handle_request(ring_cell& cell, link& l, bool run) noexcept {
     const cell_header h = header_of(cell);
     F& fn = cell_payload<F>::get(cell);
+    if (!run) {
+        cell_payload<F>::destroy(cell);
+        return;
+    }
     using R = std::invoke_result_t<F&>;
     using V = call_value_t<F>;
     if constexpr (std::is_same_v<R, task<V>>) {
@@ -305,10 +311,10 @@ void link::reply(std::uint32_t slot, std::uint32_t generation, call_outcome<V>&&
 
 /// Hands the reply in `cell` to its caller, if it still waits, and destroys it.
 template <class V>
-void deliver_reply(ring_cell& cell, link& l) noexcept {
+void deliver_reply(ring_cell& cell, link& l, bool run) noexcept {
     const cell_header h = header_of(cell);
     call_slot& s = l.m_calls[h.m_slot];
-    if (s.m_waiter && s.m_generation == h.m_generation) {
+    if (run && s.m_waiter && s.m_generation == h.m_generation) {
         auto& w = static_cast<reply_wait<V>&>(*s.m_waiter);
         try {
             w.m_outcome.emplace(std::move(cell_payload<call_outcome<V>>::get(cell)));
@@ -320,7 +326,7 @@ void deliver_reply(ring_cell& cell, link& l) noexcept {
         w.answered();
     }
     cell_payload<call_outcome<V>>::destroy(cell);
-    l.release(h.m_slot);
+    if (run) l.release(h.m_slot);
 }
 
 /// A task's cross-loop call, run by the park protocol: parked<call_wait<F>>.
