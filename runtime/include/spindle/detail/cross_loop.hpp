@@ -29,6 +29,7 @@
 #include <exception>
 #include <functional>
 #include <new>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <type_traits>
