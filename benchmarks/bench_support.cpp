@@ -129,9 +129,11 @@ std::optional<std::uint16_t> announced_port(const std::string& line) {
     return static_cast<std::uint16_t>(std::atoi(line.c_str() + colon + 1));
 }
 
-std::optional<server_child> start_server(const std::string& path, const std::string& backend, const spawn_options& options) {
-    const std::optional<spawned_child> child =
-        spawn_with_output({path, "--backend", backend, "--host", "127.0.0.1", "--port", "0"}, options);
+std::optional<server_child> start_server(const std::string& path, const std::string& backend, const spawn_options& options,
+                                         const std::vector<std::string>& extra_args) {
+    std::vector<std::string> args{path, "--backend", backend, "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    const std::optional<spawned_child> child = spawn_with_output(std::move(args), options);
     if (!child) return std::nullopt;
     // At most 10 s and 256 bytes for the line.
     std::string line;

@@ -83,10 +83,11 @@ struct server_child {
     std::uint16_t port = 0;
 };
 
-/// Starts `path --backend BACKEND --host 127.0.0.1 --port 0` and reads the
+/// Starts `path --backend BACKEND --host 127.0.0.1 --port 0 EXTRA_ARGS...` and reads the
 /// port from the line it prints once it listens (at most 10 s). On failure
 /// says why on stderr, and the child, if any, is killed.
-std::optional<server_child> start_server(const std::string& path, const std::string& backend, const spawn_options& options);
+std::optional<server_child> start_server(const std::string& path, const std::string& backend, const spawn_options& options,
+                                         const std::vector<std::string>& extra_args = {});
 
 /// Waits up to `limit` for `pid` to exit; kills it if it does not. Returns its
 /// wait status, or nullopt if it had to be killed. `usage`, if given, gets

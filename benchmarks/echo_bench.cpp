@@ -49,12 +49,22 @@ struct options {
     int rounds = 3;
     bool syscalls = false;
     std::string server = SPINDLE_ECHO_SERVER;
+    /// The server's --threads, each run in turn (several: compared by CPU per message).
+    std::vector<int> threads{1};
+};
+
+// One server configuration of a round: a backend and a number of loops.
+struct variant {
+    std::string backend;
+    int threads = 1;
+    std::string label() const { return threads == 1 ? backend : backend + " x" + std::to_string(threads); }
 };
 
 [[noreturn]] void usage(std::FILE* out, int status) {
     std::fprintf(out,
                  "usage: spindle-echo-bench [--backends LIST] [--connections N] [--size BYTES] [--depth LIST]\n"
                  "                          [--duration SECONDS] [--rounds N] [--syscalls] [--server PATH]\n"
+                 "                          [--threads LIST]\n"
                  "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
                  "byte verified) and compares the backends round by round.\n\n"
                  "  --backends LIST    comma-separated (default: the backends built, %s)\n"
@@ -64,7 +74,9 @@ struct options {
                  "  --duration SECONDS each run, 1..600 (default 3)\n"
                  "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
                  "  --syscalls         count the server's system calls (perf, else strace)\n"
-                 "  --server PATH      the spindle-echo to run (default: the one built with this program)\n",
+                 "  --server PATH      the spindle-echo to run (default: the one built with this program)\n"
+                 "  --threads LIST     the server's loops, comma-separated, each run in turn (default 1); with more\n"
+                 "                     than 1 the server is not pinned (its loops share the cores with the load)\n",
                  SPINDLE_BUILT_BACKENDS);
     std::exit(status);
 }
@@ -99,11 +111,14 @@ options parse(int argc, char** argv) {
             o.rounds = static_cast<int>(number(echo_bench, value, 1, 100));
         } else if (arg == "--server") {
             o.server = value;
+        } else if (arg == "--threads") {
+            o.threads.clear();
+            for (const std::string& t : split(value)) o.threads.push_back(static_cast<int>(number(echo_bench, t, 1, 64)));
         } else {
             usage(stderr, 2);
         }
     }
-    if (o.backends.empty() || o.depths.empty()) usage(stderr, 2);
+    if (o.backends.empty() || o.depths.empty() || o.threads.empty()) usage(stderr, 2);
     return o;
 }
 
@@ -284,12 +299,14 @@ task<load_report> drive(load_options lo, syscall_counter* counter, count_tool to
     co_return report;
 }
 
-run_result run_one(const options& o, const std::string& backend, int depth, int server_cpu, count_tool tool,
-                   const cpu_set_t& anywhere) {
+run_result run_one(const options& o, const variant& v, int depth, int server_cpu, count_tool tool, const cpu_set_t& anywhere) {
     run_result r;
+    const std::string& backend = v.backend;
     // The server on a free loopback port, on its own core (or anywhere if
-    // server_cpu is negative).
-    std::optional<server_child> s = start_server(o.server, backend, spawn_options{.cpu = server_cpu});
+    // server_cpu is negative; a server of several loops uses every core).
+    std::optional<server_child> s =
+        start_server(o.server, backend, spawn_options{.cpu = v.threads == 1 ? server_cpu : -1},
+                     v.threads == 1 ? std::vector<std::string>{} : std::vector<std::string>{"--threads", std::to_string(v.threads)});
     if (!s) return r;
 
     load_options lo;
@@ -398,19 +415,23 @@ int main(int argc, char** argv) {
                 o.size, o.duration_s, o.rounds, o.server.c_str());
     std::fflush(stdout);
 
-    // results[depth index][backend index][round]
-    std::vector<std::vector<std::vector<run_result>>> results(
-        o.depths.size(), std::vector<std::vector<run_result>>(o.backends.size()));
+    std::vector<variant> variants;
+    for (const std::string& b : o.backends)
+        for (int t : o.threads) variants.push_back({b, t});
+
+    // results[depth index][variant index][round]
+    std::vector<std::vector<std::vector<run_result>>> results(o.depths.size(),
+                                                              std::vector<std::vector<run_result>>(variants.size()));
     bool all_ok = true;
     for (int round = 1; round <= o.rounds; ++round) {
         for (std::size_t d = 0; d < o.depths.size(); ++d) {
-            // The backends run back to back for each depth, in an order that
+            // The variants run back to back for each depth, in an order that
             // flips every round, so a slow phase of the machine hits both
             // sides of a pair and favours neither over the rounds.
-            for (std::size_t i = 0; i < o.backends.size(); ++i) {
-                const std::size_t b = round % 2 ? i : o.backends.size() - 1 - i;
-                const run_result r = run_one(o, o.backends[b], o.depths[d], server_cpu, tool, allowed);
-                print_run(round, o.depths[d], o.backends[b], r);
+            for (std::size_t i = 0; i < variants.size(); ++i) {
+                const std::size_t b = round % 2 ? i : variants.size() - 1 - i;
+                const run_result r = run_one(o, variants[b], o.depths[d], server_cpu, tool, allowed);
+                print_run(round, o.depths[d], variants[b].label(), r);
                 all_ok = all_ok && r.ok;
                 results[d][b].push_back(r);
             }
@@ -419,15 +440,15 @@ int main(int argc, char** argv) {
 
     std::printf("\nmedians of %d rounds:\n", o.rounds);
     for (std::size_t d = 0; d < o.depths.size(); ++d) {
-        for (std::size_t b = 0; b < o.backends.size(); ++b) {
+        for (std::size_t b = 0; b < variants.size(); ++b) {
             const auto& rs = results[d][b];
             auto med = [&rs](auto field) {
                 std::vector<double> v;
                 for (const run_result& r : rs) v.push_back(field(r));
                 return median(v);
             };
-            std::printf("depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  cpu us/msg: server %.2f, load %.2f",
-                        o.depths[d], o.backends[b].c_str(), med([](const run_result& r) { return r.messages_per_s; }),
+            std::printf("depth %-3d %-12s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  cpu us/msg: server %.2f, load %.2f",
+                        o.depths[d], variants[b].label().c_str(), med([](const run_result& r) { return r.messages_per_s; }),
                         med([](const run_result& r) { return r.mib_per_s; }), med([](const run_result& r) { return r.p50_us; }),
                         med([](const run_result& r) { return r.p99_us; }),
                         med([](const run_result& r) { return r.server_cpu_us_per_message; }),
@@ -440,13 +461,34 @@ int main(int argc, char** argv) {
         }
     }
 
+    // Several loops against one: the server's CPU per message, pair by pair.
+    if (o.threads.size() > 1 && o.threads.front() == 1) {
+        std::printf("\nserver CPU per message, N loops / 1 loop:\n");
+        for (std::size_t d = 0; d < o.depths.size(); ++d) {
+            for (std::size_t b = 0; b < variants.size(); ++b) {
+                if (variants[b].threads == 1) continue;
+                const std::size_t one = b - (b % o.threads.size());  // the same backend's 1-loop variant
+                std::vector<double> ratios;
+                std::printf("depth %-3d %-12s rounds", o.depths[d], variants[b].label().c_str());
+                for (int round = 0; round < o.rounds; ++round) {
+                    const double base = results[d][one][static_cast<std::size_t>(round)].server_cpu_us_per_message;
+                    const double ratio = base > 0 ? results[d][b][static_cast<std::size_t>(round)].server_cpu_us_per_message / base : 0;
+                    ratios.push_back(ratio);
+                    std::printf(" %.3f", ratio);
+                }
+                std::printf("  median %.3f\n", median(ratios));
+            }
+        }
+    }
+
     // The ratio within each round's pair, then its median: the pair ran
     // seconds apart, so a noisy neighbour moves both of its sides alike.
     const auto epoll = std::find(o.backends.begin(), o.backends.end(), "epoll");
     const auto uring = std::find(o.backends.begin(), o.backends.end(), "io_uring");
     if (epoll != o.backends.end() && uring != o.backends.end()) {
-        const auto e = static_cast<std::size_t>(epoll - o.backends.begin());
-        const auto u = static_cast<std::size_t>(uring - o.backends.begin());
+        // The first thread count of each backend.
+        const auto e = static_cast<std::size_t>(epoll - o.backends.begin()) * o.threads.size();
+        const auto u = static_cast<std::size_t>(uring - o.backends.begin()) * o.threads.size();
         std::printf("\nio_uring/epoll, messages/s:\n");
         for (std::size_t d = 0; d < o.depths.size(); ++d) {
             std::vector<double> ratios;
