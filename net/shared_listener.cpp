@@ -79,6 +79,7 @@ struct shared_listener::state {
     std::vector<std::unique_ptr<per_loop>> loops;
     unique_fd socket;  // least_loaded: the one listening socket
     std::atomic<bool> pump_claimed{false};
+    std::atomic<std::size_t> pump_index{~std::size_t{0}};  // the accepting loop
     std::atomic<bool> closed{false};
 };
 
@@ -157,7 +158,9 @@ static task<void> pump(std::shared_ptr<shared_listener::state> s, std::stop_toke
     for (;;) {
         result<detail::accepted> a = co_await detail::accept_from(s->socket, stop);
         if (!a) {
-            if (stop.stop_requested() || s->closed.load() || a.error() == std::errc::operation_canceled) break;
+            if (stop.stop_requested() || s->closed.load() || a.error() == std::errc::operation_canceled ||
+                a.error() == std::errc::bad_file_descriptor)
+                break;
             logger()->warn("shared_listener: accept: {}", a.error().message());
             continue;
         }
@@ -199,7 +202,10 @@ task<result<tcp_stream>> shared_listener::accept(std::stop_token token) {
     }
     if (!mine.inbox) mine.inbox.emplace(unbounded_channel);
     mine.accepting.store(true, std::memory_order_release);
-    if (!s.pump_claimed.exchange(true)) loop::current().spawn(pump(m_state, token), "shared_listener accept").detach();
+    if (!s.pump_claimed.exchange(true)) {
+        s.pump_index.store(me, std::memory_order_release);
+        loop::current().spawn(pump(m_state, token), "shared_listener accept").detach();
+    }
     result<handoff> h = co_await mine.inbox->receive(std::move(token));
     if (!h) co_return h.error() == spindle::errc::channel_closed ? cancelled_error() : h.error();
     // Counted when the accepting loop chose this one: the stream takes it over.
@@ -236,9 +242,13 @@ void shared_listener::close() noexcept {
         mine.socket.reset();
         if (mine.inbox) mine.inbox->close();
     }
-    if (s.pump_claimed.load()) {
-        // Only the accepting loop may close the one socket: its accept waits on it.
-        if (s.socket.owner() == loop::current_or_null()) s.socket.reset();
+    // The one socket of least_loaded is closed by the accepting loop only,
+    // through that loop, so the accept waiting on it completes (cancelled).
+    if (loop_group::current_or_null() && s.pump_index.load(std::memory_order_acquire) == loop_group::current_index()) {
+        if (s.socket) {
+            unique_fd owned(s.socket.release(), &loop::current());
+            owned.reset();
+        }
     }
 }
 
