@@ -379,6 +379,16 @@ TEST_CASE("spindle-http under spindle-load with pipelining: every response verif
     CHECK(exited_cleanly(server.stop(SIGINT)));
 }
 
+/// `redis-cli -h 127.0.0.1 -p PORT ARGS...` (a new connection each time); its output.
+std::string redis_cli(const std::string& port, std::vector<std::string> args) {
+    std::vector<std::string> argv{"redis-cli", "-h", "127.0.0.1", "-p", port};
+    argv.insert(argv.end(), args.begin(), args.end());
+    command_result r = run(argv, 20s);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return r.output;
+}
+
 TEST_CASE("spindle-resp works with redis-cli and redis-benchmark") {
     if (!on_path("redis-cli") || !on_path("redis-benchmark")) {
         WARN("redis-tools is not installed (./setup.sh installs it): skipped");
@@ -386,14 +396,7 @@ TEST_CASE("spindle-resp works with redis-cli and redis-benchmark") {
     }
     process server({program("SPINDLE_RESP"), "--port", "0"});
     const std::string port = std::to_string(server.wait_listening());
-    auto cli = [&](std::vector<std::string> args) {
-        std::vector<std::string> argv{"redis-cli", "-h", "127.0.0.1", "-p", port};
-        argv.insert(argv.end(), args.begin(), args.end());
-        command_result r = run(argv, 20s);
-        INFO(r.output);
-        REQUIRE(r.status == 0);
-        return r.output;
-    };
+    auto cli = [&](std::vector<std::string> args) { return redis_cli(port, std::move(args)); };
 
     CHECK(cli({"PING"}) == "PONG\n");
     CHECK(cli({"ECHO", "hello world"}) == "hello world\n");
@@ -452,14 +455,7 @@ TEST_CASE("spindle-resp --threads 4: SET on one connection and GET on another ag
         process server({program("SPINDLE_RESP"), "--port", "0", "--threads", "4", "--distribute", mode});
         const std::string port = std::to_string(server.wait_listening());
         // Each redis-cli call is a new connection, landing on any loop.
-        auto cli = [&](std::vector<std::string> args) {
-            std::vector<std::string> argv{"redis-cli", "-h", "127.0.0.1", "-p", port};
-            argv.insert(argv.end(), args.begin(), args.end());
-            command_result r = run(argv, 20s);
-            INFO(r.output);
-            REQUIRE(r.status == 0);
-            return r.output;
-        };
+        auto cli = [&](std::vector<std::string> args) { return redis_cli(port, std::move(args)); };
         for (int i = 0; i < 24; ++i) CHECK(cli({"SET", "key:" + std::to_string(i), "value " + std::to_string(i)}) == "OK\n");
         for (int i = 0; i < 24; ++i) CHECK(cli({"GET", "key:" + std::to_string(i)}) == "value " + std::to_string(i) + "\n");
         for (int i = 0; i < 10; ++i) CHECK(cli({"INCR", "shared counter"}) == std::to_string(i + 1) + "\n");

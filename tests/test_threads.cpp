@@ -4,6 +4,7 @@
 // Catch2 assertions are made on the test thread only: other threads record
 // what they saw in atomics (or in variables the test reads after joining them).
 
+#include "stop_watchdog.hpp"
 #include "support.hpp"
 
 #include <poll.h>
@@ -28,6 +29,7 @@
 using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::task;
+using spindle::test::stop_watchdog;
 
 namespace {
 
@@ -75,46 +77,6 @@ double post_round_trip_ms(loop& l) {
     return ms_since(posted);
 }
 
-/// If the loop is still running after `limit`, stops it (again and again), so
-/// a lost wake-up fails the test instead of hanging the suite.
-class stop_watchdog {
-public:
-    stop_watchdog(loop& l, std::chrono::milliseconds limit)
-        : m_loop(l), m_limit(limit), m_thread([this] { watch(); }) {}
-    ~stop_watchdog() { finish(); }
-    stop_watchdog(const stop_watchdog&) = delete;
-    stop_watchdog& operator=(const stop_watchdog&) = delete;
-
-    /// Ends the watch; returns whether the watchdog had to stop the loop.
-    bool finish() {
-        {
-            std::lock_guard lock(m_mutex);
-            m_done = true;
-        }
-        m_cv.notify_all();
-        if (m_thread.joinable()) m_thread.join();
-        return m_fired;
-    }
-
-private:
-    void watch() {
-        std::unique_lock lock(m_mutex);
-        if (m_cv.wait_for(lock, m_limit, [this] { return m_done; })) return;
-        m_fired = true;
-        for (int i = 0; i < 600 && !m_done; ++i) {
-            m_loop.stop();
-            m_cv.wait_for(lock, 100ms, [this] { return m_done; });
-        }
-    }
-
-    loop& m_loop;
-    std::chrono::milliseconds m_limit;
-    std::mutex m_mutex;
-    std::condition_variable m_cv;
-    bool m_done = false;
-    bool m_fired = false;
-    std::thread m_thread;  // last: starts once the rest exists
-};
 
 // --- loop_thread tasks ----------------------------------------------------------------
 
