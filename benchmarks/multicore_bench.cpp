@@ -75,8 +75,12 @@ double quantile(std::vector<double>& sorted, double q) {
     return sorted[std::min(at, sorted.size() - 1)];
 }
 
+// --idle-spin US: loop_group_options::idle_spin for every group (default: its default).
+std::optional<std::chrono::microseconds> g_idle_spin;
+
 loop_group_options group_of(unsigned loops, std::vector<int> cpus = {}) {
     loop_group_options o;
+    if (g_idle_spin) o.idle_spin = *g_idle_spin;
     o.threads = loops;
     o.cpus = std::move(cpus);
     o.stop_signals = {};  // a benchmark run is ended by its own limits, not by ^C handling
@@ -578,11 +582,21 @@ constexpr bench_case cases[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::vector<char*> names;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--idle-spin") == 0 && i + 1 < argc) {
+            g_idle_spin = std::chrono::microseconds(std::atoi(argv[++i]));
+            continue;
+        }
+        names.push_back(argv[i]);
+    }
+    argc = static_cast<int>(names.size()) + 1;
+    for (std::size_t k = 0; k < names.size(); ++k) argv[k + 1] = names[k];
     for (int i = 1; i < argc; ++i) {
         const bool known = std::any_of(std::begin(cases), std::end(cases),
                                        [&](const bench_case& c) { return std::strcmp(argv[i], c.name) == 0; });
         if (!known) {
-            std::fprintf(stderr, "usage: spindle-multicore-bench [case...]\n  cases:");
+            std::fprintf(stderr, "usage: spindle-multicore-bench [--idle-spin US] [case...]\n  cases:");
             for (const auto& c : cases) std::fprintf(stderr, " %s", c.name);
             std::fprintf(stderr, "\n");
             return 2;

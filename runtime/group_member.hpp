@@ -25,10 +25,27 @@ public:
     /// Once per tick: handles what other loops sent (requests to run, replies
     /// to this loop's calls), when the doorbell says there is any.
     void take_mail() {
-        if (m_mail.load(std::memory_order_relaxed) && m_mail.exchange(false, std::memory_order_seq_cst)) drain();
+        m_took_mail = false;
+        if (m_mail.load(std::memory_order_relaxed) && m_mail.exchange(false, std::memory_order_seq_cst)) {
+            m_took_mail = true;
+            drain();
+        }
     }
     /// Before the loop sleeps (after announcing it): mail would be missed.
     bool has_mail() const noexcept { return m_mail.load(std::memory_order_seq_cst); }
+    /// While spinning: mail has come (a cheap look, no ordering needed:
+    /// the loop takes it through take_mail()).
+    bool mail_waiting() const noexcept { return m_mail.load(std::memory_order_relaxed); }
+    /// Whether mail is likely soon: this loop has calls in flight, or took
+    /// mail in this tick (a stream of calls goes on). Then the loop spins for
+    /// it a little before it sleeps, sparing both sides a wake-up.
+    bool expects_mail() const noexcept { return m_calls_out > 0 || m_took_mail; }
+    /// How long to spin (loop_group_options::idle_spin, ns).
+    std::int64_t spin_ns() const noexcept { return m_spin_ns; }
+    void set_spin(std::int64_t ns) noexcept { m_spin_ns = ns; }
+    /// A call of this loop's left, or its reply was taken (link::send, release).
+    void call_sent() noexcept { ++m_calls_out; }
+    void call_done() noexcept { --m_calls_out; }
     /// At the end of the tick and before sleeping: rings the doorbell of
     /// every loop this one sent to, and wakes those that sleep.
     void send_mail() noexcept {
@@ -65,6 +82,9 @@ private:
     std::vector<std::uint32_t> m_dirty;
     std::vector<char> m_dirty_flag;
     std::size_t m_dirty_capacity = 0;
+    std::uint64_t m_calls_out = 0;  // calls of this loop whose reply is not taken
+    bool m_took_mail = false;       // in this tick
+    std::int64_t m_spin_ns = 0;
     // Written by every loop that sends here: a line of its own.
     alignas(64) std::atomic<bool> m_mail{false};
 };

@@ -459,8 +459,33 @@ void loop_core::advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept
     m_recent_ns = m_virtual_ns;
 }
 
+bool loop_core::spin_for_mail(std::chrono::nanoseconds timeout) noexcept {
+    std::int64_t budget = m_member->spin_ns();
+    if (timeout > std::chrono::nanoseconds::zero()) budget = std::min<std::int64_t>(budget, timeout.count());
+    if (budget <= 0) return false;
+    const std::int64_t until = steady_ns() + budget;
+    do {
+        for (int i = 0; i < 64; ++i) {
+            if (m_member->mail_waiting() || !m_posts.empty()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        // Another thread runnable on this CPU (a loop of an oversubscribed
+        // group) runs meanwhile.
+        std::this_thread::yield();
+    } while (steady_ns() < until);
+    return false;
+}
+
 int loop_core::poll_os(std::chrono::nanoseconds timeout) {
-    if (m_member) m_member->send_mail();
+    if (m_member) {
+        m_member->send_mail();
+        // A group's loop that expects calls or replies soon looks for them
+        // a little before it sleeps: a stream then costs no wake-ups.
+        if (timeout != std::chrono::nanoseconds::zero() && m_member->expects_mail() && spin_for_mail(timeout))
+            timeout = std::chrono::nanoseconds::zero();
+    }
     if (timeout != std::chrono::nanoseconds::zero()) {
         // Announce the sleep, then look at the post queue (and the group's
         // doorbell) once more: a poster either saw the flag (and wakes us) or

@@ -89,6 +89,7 @@ public:
 private:
     void tick(std::chrono::nanoseconds max_wait);
     void check_thread() const;
+    bool spin_for_mail(std::chrono::nanoseconds timeout) noexcept;
     void run_posts();
     int poll_os(std::chrono::nanoseconds timeout);
     void check_poll_interval();

@@ -197,6 +197,7 @@ void group_core::run_loop(std::uint32_t index, const std::function<task<int>(std
     try {
         l.emplace(options);
         core_of(*l).attach_member(&member(index));
+        member(index).set_spin(std::max<std::int64_t>(0, m_options.idle_spin.count()));
         member(index).attach(&core_of(*l));
         m_loops[index] = &*l;
     } catch (...) {
@@ -335,6 +336,7 @@ void link::send(call_wait_base& call) noexcept {
     call.m_build(call, *cell);
     m_requests.commit();
     note_sent(m_to);
+    current_member()->call_sent();
 }
 
 void link::withdraw(call_wait_base& call) noexcept {
@@ -359,6 +361,7 @@ void link::release(std::uint32_t slot) noexcept {
     m_calls[slot].m_next_free = m_free_head;
     m_free_head = slot;
     ++m_credits;
+    current_member()->call_done();
     // The credit goes to the first caller queued for one, in order.
     if (call_wait_base* next = m_credit_waiters.pop_front()) send(*next);
 }

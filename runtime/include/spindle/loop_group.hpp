@@ -34,6 +34,7 @@
 #include <spindle/park.hpp>
 #include <spindle/task.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <functional>
@@ -62,6 +63,11 @@ struct loop_group_options {
     /// rounded up to a power of two (cells of 64 bytes, two rings per ordered
     /// pair of loops: 16 KiB per pair by default).
     std::size_t calls_in_flight = 127;
+    /// A loop with calls in flight, or that just took calls or replies,
+    /// looks for more for this long before it sleeps (yielding its CPU to
+    /// anyone else runnable there meanwhile): a stream of calls then costs
+    /// no wake-ups. Zero: sleep at once.
+    std::chrono::nanoseconds idle_spin = std::chrono::microseconds(20);
     /// Signals that stop the whole group, caught once, by loop 0, and blocked
     /// in every thread of the group; empty: the group catches none.
     std::vector<int> stop_signals = {SIGINT, SIGTERM};
