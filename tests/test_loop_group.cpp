@@ -206,6 +206,34 @@ TEST_CASE("submit_to gives the value, the result, the void, or the exception of 
     CHECK(s.out_of_range);
 }
 
+TEST_CASE("submit_to_all runs a copy on every loop and gives the outcomes in loop order", "[loop_group][submit_to]") {
+    loop_group g(group_of(4));
+    std::vector<std::size_t> where;
+    std::vector<int> tasks;
+    std::string thrown;
+    CHECK(g.run([&](std::stop_token) -> task<void> {
+        if (loop_group::current_index() != 2) co_return;
+        std::vector<result<std::size_t>> r = co_await spindle::submit_to_all([] { return loop_group::current_index(); });
+        for (auto& x : r) where.push_back(x ? *x : 99);
+        std::vector<result<int>> t = co_await spindle::submit_to_all([]() -> task<int> {
+            co_await spindle::sleep_for(1ms);
+            co_return static_cast<int>(loop_group::current_index()) * 10;
+        });
+        for (auto& x : t) tasks.push_back(x ? *x : -1);
+        try {
+            (void)co_await spindle::submit_to_all([]() -> int {
+                if (loop_group::current_index() == 3) throw std::runtime_error("loop 3 refused");
+                return 0;
+            });
+        } catch (const std::runtime_error& e) {
+            thrown = e.what();
+        }
+    }) == 0);
+    CHECK(where == std::vector<std::size_t>{0, 1, 2, 3});
+    CHECK(tasks == std::vector<int>{0, 10, 20, 30});
+    CHECK(thrown == "loop 3 refused");
+}
+
 TEST_CASE("a large callable and a large outcome travel too", "[loop_group][submit_to]") {
     loop_group g(group_of(2));
     std::string got;

@@ -33,6 +33,7 @@
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/task.hpp>
+#include <spindle/when_all.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -125,6 +126,29 @@ private:
 template <class F>
 [[nodiscard]] auto submit_to(std::size_t target, F fn, std::stop_token token = {}) {
     return parked<detail::call_wait<std::decay_t<F>>>(std::move(token), detail::link_to(target), std::move(fn));
+}
+
+namespace detail {
+template <class R, class F>
+task<R> call_one(std::size_t target, F fn, std::stop_token token) {
+    co_return co_await submit_to(target, std::move(fn), std::move(token));
+}
+}  // namespace detail
+
+/// In a task of a group's loop: runs a copy of `fn()` on every loop of the
+/// group (this one too), all at once, and gives what submit_to gives for
+/// each, in the order of the loops. An exception of one is rethrown once all
+/// have answered; cancelling the waiting task cancels every call.
+/// `auto sizes = co_await submit_to_all([] { return shard().size(); });`
+template <class F>
+[[nodiscard]] task<std::vector<detail::call_result_t<detail::call_value_t<std::decay_t<F>>>>> submit_to_all(
+    F fn, std::stop_token token = {}) {
+    using R = detail::call_result_t<detail::call_value_t<std::decay_t<F>>>;
+    const std::size_t n = loop_group::current().size();
+    std::vector<task<R>> calls;
+    calls.reserve(n);
+    for (std::size_t j = 0; j < n; ++j) calls.push_back(detail::call_one<R>(j, fn, token));
+    co_return co_await when_all(std::move(calls));
 }
 
 // ---------------------------------------------------------------------------
