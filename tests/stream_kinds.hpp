@@ -13,6 +13,19 @@
 
 #include <utility>
 
+// Catch's assertions repeat their expression (once inside
+// __builtin_constant_p, where co_await cannot appear): await first, then check.
+#define REQUIRE_OK(...)                    \
+    do {                                   \
+        const auto awaited_ = __VA_ARGS__; \
+        REQUIRE(awaited_.has_value());     \
+    } while (false)
+#define CHECK_ERROR(awaitable, expected)       \
+    do {                                       \
+        const auto awaited_ = awaitable;       \
+        CHECK(awaited_.error() == (expected)); \
+    } while (false)
+
 namespace spindle::test {
 
 struct memory_kind {

@@ -43,18 +43,6 @@ using spindle::test::run_with_watchdog;
 using spindle::test::text_of;
 namespace net = spindle::net;
 
-// Catch's assertions repeat their expression (once inside
-// __builtin_constant_p, where co_await cannot appear): await first, then check.
-#define REQUIRE_OK(...)                  \
-    do {                                 \
-        const auto awaited_ = __VA_ARGS__; \
-        REQUIRE(awaited_.has_value());   \
-    } while (false)
-#define CHECK_ERROR(awaitable, expected)       \
-    do {                                       \
-        const auto awaited_ = awaitable;       \
-        CHECK(awaited_.error() == (expected)); \
-    } while (false)
 
 namespace {
 
