@@ -235,20 +235,22 @@ double shared_listener::imbalance() const noexcept {
 
 void shared_listener::close() noexcept {
     state& s = *m_state;
-    s.closed.store(true);
-    if (loop_group::current_or_null()) {
-        auto& mine = *s.loops.at(loop_group::current_index());
-        mine.accepting.store(false, std::memory_order_release);  // least_loaded chooses it no more
-        mine.socket.reset();
-        if (mine.inbox) mine.inbox->close();
-    }
-    // The one socket of least_loaded is closed by the accepting loop only,
-    // through that loop, so the accept waiting on it completes (cancelled).
-    if (loop_group::current_or_null() && s.pump_index.load(std::memory_order_acquire) == loop_group::current_index()) {
-        if (s.socket) {
-            unique_fd owned(s.socket.release(), &loop::current());
-            owned.reset();
-        }
+    if (!loop_group::current_or_null()) return;
+    const std::size_t me = loop_group::current_index();
+    // A socket is closed through this loop, so an accept waiting on it here
+    // completes (cancelled) on every backend: it was bound outside any loop.
+    auto close_here = [](unique_fd& fd) {
+        if (fd) unique_fd(fd.release(), &loop::current()).reset();
+    };
+    auto& mine = *s.loops.at(me);
+    mine.accepting.store(false, std::memory_order_release);  // least_loaded chooses it no more
+    close_here(mine.socket);
+    if (mine.inbox) mine.inbox->close();
+    // The one socket of least_loaded is closed by the accepting loop only:
+    // its accept waits on it.
+    if (s.pump_index.load(std::memory_order_acquire) == me) {
+        s.closed.store(true);
+        close_here(s.socket);
     }
 }
 

@@ -185,3 +185,34 @@ TEST_CASE("a closed connection stops counting as live", "[shared_listener][threa
     CHECK(live_open == 10);
     CHECK(live_closed == 0);
 }
+
+TEST_CASE("close() on a loop ends the accept waiting there with operation_canceled", "[shared_listener][threads]") {
+    for (net::distribution mode : {net::distribution::reuseport, net::distribution::least_loaded}) {
+        INFO(net::to_string(mode));
+        spindle::loop_group_options o;
+        o.threads = 2;
+        o.stop_signals = {};
+        loop_group g(o);
+        result<net::shared_listener> bound = net::shared_listener::bind(g, *net::address::from_ip("127.0.0.1", 0), mode);
+        REQUIRE(bound);
+        net::shared_listener listener = *bound;
+        std::vector<std::error_code> ended(2);
+        const int status = g.run([&](std::stop_token stop) -> task<void> {
+            const std::size_t me = loop_group::current_index();
+            // Loop 0 accepts first (it is the accepting loop of least_loaded).
+            if (me == 1) co_await spindle::sleep_for(5ms);
+            auto closer = spindle::loop::current().spawn([](net::shared_listener l) -> task<void> {
+                co_await spindle::sleep_for(20ms);  // the accept is parked by then
+                l.close();
+            }(listener));
+            // With a deadline, so a close that does not reach the accept fails
+            // the check instead of hanging the group.
+            result<net::tcp_stream> s = co_await spindle::with_timeout(5s, listener.accept(stop));
+            ended[me] = s ? std::error_code{} : s.error();
+            co_await closer;
+        });
+        CHECK(status == 0);
+        CHECK(ended[0] == std::errc::operation_canceled);
+        CHECK(ended[1] == std::errc::operation_canceled);
+    }
+}
