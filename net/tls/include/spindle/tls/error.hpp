@@ -1,0 +1,59 @@
+#pragma once
+/// Errors of the TLS layer, in their own category ("spindle.tls"), each with
+/// OpenSSL's reason in its message:
+///
+/// - a certificate the peer sent that did not verify:
+///   "certificate verify failed: self-signed certificate", equal to
+///   `tls::errc::certificate_verify_failed` whatever the reason;
+/// - an error OpenSSL raised (a malformed record, an alert from the peer, a
+///   PEM file that is not one): its reason, e.g. "wrong version number",
+///   "tlsv1 alert unknown ca", "PEM routines: no start line";
+/// - spindle's own, below.
+///
+/// Compare with the enum, which names conditions (as std::errc does):
+/// `r.error() == tls::errc::truncated`.
+///
+/// Errors of the stream underneath (connection_reset, broken_pipe) and of
+/// the runtime (operation_canceled, timed_out) pass through unchanged.
+
+#include <system_error>
+
+namespace spindle::tls {
+
+enum class errc {
+    /// The peer ended the connection without close_notify, so what was read
+    /// may have been cut short by an attacker (or a careless peer): not a
+    /// clean end of stream.
+    truncated = 1,
+    /// Compares equal to every verification failure, whatever its reason.
+    certificate_verify_failed,
+    /// A client was given neither a server name to check the certificate
+    /// against, nor verify_peer = false.
+    server_name_required,
+    /// The context cannot do what was asked of it: a server context without
+    /// a certificate, a client stream made from a server context.
+    wrong_context,
+};
+
+const std::error_category& tls_category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), tls_category()}; }
+inline std::error_condition make_error_condition(errc e) noexcept { return {static_cast<int>(e), tls_category()}; }
+
+namespace detail {
+
+/// Codes of the category: spindle's own (errc), OpenSSL's packed error codes
+/// (library << 23 | reason; the library is below 128, so they stay below
+/// verify_base) and certificate verification results (verify_base | X509_V_ERR_*).
+inline constexpr int verify_base = 1 << 30;
+
+/// The oldest error on this thread's OpenSSL queue as an error_code (the
+/// queue is cleared), or `fallback` when it is empty.
+std::error_code take_openssl_error(std::error_code fallback) noexcept;
+
+}  // namespace detail
+
+}  // namespace spindle::tls
+
+template <>
+struct std::is_error_condition_enum<spindle::tls::errc> : std::true_type {};
