@@ -1,6 +1,8 @@
-// spindle-echo: a TCP echo server, one coroutine per connection.
+// spindle-echo: a TCP echo server, one coroutine per connection; over TLS
+// with --tls-cert and --tls-key.
 
 #include "service.hpp"
+#include "tls_service.hpp"
 
 #include <array>
 
@@ -14,10 +16,10 @@ constexpr std::size_t buffer_size = 16 * 1024;
 
 bool cancelled(std::error_code error) noexcept { return error == std::errc::operation_canceled; }
 
-// Any byte stream: run_tcp_service hands it a tcp_stream (with TCP_NODELAY
-// set); an encrypted stream or a test's memory_stream would do as well.
+// Any byte stream: a tcp_stream (with TCP_NODELAY set), the encrypted stream
+// over one, a test's memory_stream.
 template <net::byte_stream Stream>
-task<void> echo(Stream stream, std::stop_token stop) {
+task<void> echo(Stream& stream, std::stop_token stop) {
     std::array<std::byte, buffer_size> buffer;
     for (;;) {
         // Both calls take the stop token, so shutdown ends a connection parked
@@ -35,10 +37,24 @@ task<void> echo(Stream stream, std::stop_token stop) {
     }
 }
 
+task<void> echo_tcp(net::tcp_stream stream, std::stop_token stop) { co_await echo(stream, stop); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    const service_options options =
-        parse_service_options(argc, argv, {"spindle-echo", "A TCP echo server, one coroutine per connection.", 7007});
-    return serve_tcp(options, loop_options{}, "spindle-echo", echo<net::tcp_stream>);
+    tls_flags tls;
+    const auto flags = tls.flags();
+    const service_options options = parse_service_options(
+        argc, argv, {.name = "spindle-echo", .description = "A TCP echo server, one coroutine per connection.", .default_port = 7007, .flags = flags});
+    if (tls.enabled()) {
+#if SPINDLE_HAVE_TLS
+        tls::context ctx = server_context(tls, "spindle-echo", {});
+        if (!ctx) return 1;
+        return serve_tcp(options, loop_options{}, "spindle-echo",
+                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) { return echo(s, std::move(stop)); }));
+#else
+        return no_tls("spindle-echo");
+#endif
+    }
+    return serve_tcp(options, loop_options{}, "spindle-echo", echo_tcp);
 }

@@ -1,6 +1,7 @@
 // spindle-http: a minimal HTTP/1.1 server. GET / answers "Hello, World!";
 // keep-alive and pipelining; malformed requests get 400, heads over 8 KiB get
-// 431, and the connection is closed after either.
+// 431, and the connection is closed after either. HTTPS with --tls-cert and
+// --tls-key (ALPN http/1.1).
 //
 // Per batch of pipelined requests it does one read, answers every complete
 // request into one output buffer, and writes that buffer once. Both buffers
@@ -9,16 +10,16 @@
 
 #include "http_protocol.hpp"
 #include "service.hpp"
+#include "tls_service.hpp"
 
 using namespace spindle;
 using namespace spindle::examples;
 
 namespace {
 
-// Any byte stream: run_tcp_service hands in a tcp_stream; an encrypted stream
-// would be served the same way.
+// Any byte stream: a tcp_stream, or the encrypted stream over one.
 template <net::byte_stream Stream>
-task<void> serve_connection(Stream stream, std::stop_token stop) {
+task<void> serve_connection(Stream& stream, std::stop_token stop) {
     // One buffer of responses per connection: its capacity survives clear().
     http::output_buffer out(4096);
     co_await serve_batches(
@@ -31,11 +32,28 @@ task<void> serve_connection(Stream stream, std::stop_token stop) {
         /*linger=*/true);
 }
 
+task<void> serve_tcp_connection(net::tcp_stream stream, std::stop_token stop) { co_await serve_connection(stream, stop); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    tls_flags tls;
+    const auto flags = tls.flags();
     const service_options options = parse_service_options(
         argc, argv,
-        {"spindle-http", "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\"; keep-alive and pipelining.", 8080});
-    return serve_tcp(options, loop_options{}, "spindle-http", serve_connection<net::tcp_stream>);
+        {.name = "spindle-http",
+         .description = "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\"; keep-alive and pipelining.",
+         .default_port = 8080,
+         .flags = flags});
+    if (tls.enabled()) {
+#if SPINDLE_HAVE_TLS
+        tls::context ctx = server_context(tls, "spindle-http", {"http/1.1"});
+        if (!ctx) return 1;
+        return serve_tcp(options, loop_options{}, "spindle-http",
+                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) { return serve_connection(s, std::move(stop)); }));
+#else
+        return no_tls("spindle-http");
+#endif
+    }
+    return serve_tcp(options, loop_options{}, "spindle-http", serve_tcp_connection);
 }

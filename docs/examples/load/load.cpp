@@ -1,9 +1,14 @@
 #include "load.hpp"
 
+#if SPINDLE_HAVE_TLS
+#include <spindle/tls.hpp>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -53,11 +58,18 @@ double load_report::mib_per_second() const noexcept {
     return s > 0 ? static_cast<double>(bytes) / s / (1024.0 * 1024.0) : 0;
 }
 
+double load_report::connections_per_second() const noexcept {
+    double s = std::chrono::duration<double>(elapsed).count();
+    return s > 0 ? static_cast<double>(connections) / s : 0;
+}
+
 std::string load_report::summary() const {
-    char line[256];
-    std::snprintf(line, sizeof line, "%.0f req/s, %.2f MiB/s, p50 %.0f us, p99 %.0f us, %llu errors", requests_per_second(),
-                  mib_per_second(), latency.quantile(0.50), latency.quantile(0.99),
-                  static_cast<unsigned long long>(errors));
+    char line[320];
+    int n = std::snprintf(line, sizeof line, "%.0f req/s, %.2f MiB/s, p50 %.0f us, p99 %.0f us, %llu errors", requests_per_second(),
+                          mib_per_second(), latency.quantile(0.50), latency.quantile(0.99),
+                          static_cast<unsigned long long>(errors));
+    if (reconnected && n > 0 && static_cast<std::size_t>(n) < sizeof line)
+        std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), ", %.0f connections/s", connections_per_second());
     return line;
 }
 
@@ -91,35 +103,81 @@ void fill_message(std::byte* out, std::size_t size, std::uint32_t conn, std::uin
     }
 }
 
-task<void> echo_connection(shared_state& s, std::uint32_t id) {
+/// Opens plain TCP connections.
+struct tcp_connector {
+    using stream = net::tcp_stream;
+    task<result<stream>> open(const load_options& o) {
+        result<net::tcp_stream> tcp = co_await net::tcp_stream::connect(o.target, 5s);
+        if (tcp) (void)tcp->set_nodelay(true);
+        co_return tcp;
+    }
+};
+
+#if SPINDLE_HAVE_TLS
+/// Opens TLS connections: TCP, then the client handshake.
+struct tls_connector {
+    using stream = tls::tcp_stream;
+    tls::context ctx;
+    task<result<stream>> open(const load_options& o) {
+        co_return co_await spindle::with_timeout(5s, tls::connect(ctx, o.target, o.server_name));
+    }
+};
+
+result<tls::context> client_context(const load_options& options) {
+    tls::context_options o;
+    if (!options.tls_ca.empty()) o.ca_files = {options.tls_ca};
+    o.session_resumption = options.tls_resume;
+    if (options.mode == load_mode::http) o.alpn = {"http/1.1"};
+    return tls::context::client(o);
+}
+#endif
+
+template <class Stream>
+task<result<void>> read_exactly(Stream& stream, std::span<std::byte> out) {
+    while (!out.empty()) {
+        result<std::size_t> n = co_await stream.read_some(out);
+        if (!n) co_return n.error();
+        if (*n == 0) co_return make_error_code(net::errc::end_of_stream);
+        out = out.subspan(*n);
+    }
+    co_return result<void>{};
+}
+
+template <class Connector>
+task<void> echo_connection(shared_state& s, Connector& connector, std::uint32_t id) {
     const load_options& o = *s.options;
-    result<net::tcp_stream> stream = co_await net::tcp_stream::connect(o.target, 5s);
-    if (!stream) co_return fail(s, "connect: " + stream.error().message());
-    (void)stream->set_nodelay(true);
+    std::optional<typename Connector::stream> stream;
     const std::size_t batch = o.message_size * static_cast<std::size_t>(o.depth);
     std::vector<std::byte> out(batch);
-    std::vector<std::byte> expected(batch);
     std::vector<std::byte> in(batch);
     latency_histogram local;
     std::uint64_t seq = 0;
     while (clock::now() < s.end) {
+        if (!stream) {
+            result<typename Connector::stream> opened = co_await connector.open(o);
+            if (!opened) co_return fail(s, "connect: " + opened.error().message());
+            stream.emplace(std::move(*opened));
+            ++s.report->connections;
+        }
         for (int i = 0; i < o.depth; ++i)
             fill_message(out.data() + static_cast<std::size_t>(i) * o.message_size, o.message_size, id, seq + static_cast<std::uint64_t>(i));
         const auto sent = clock::now();
         if (auto w = co_await stream->write_all(out); !w) co_return fail(s, "write: " + w.error().message());
-        if (auto r = co_await stream->read_exact(in); !r) co_return fail(s, "read: " + r.error().message());
+        if (auto r = co_await read_exactly(*stream, in); !r) co_return fail(s, "read: " + r.error().message());
         const auto latency = clock::now() - sent;
         if (std::memcmp(in.data(), out.data(), batch) != 0) co_return fail(s, "echo returned different bytes");
         for (int i = 0; i < o.depth; ++i) local.add(latency);
         seq += static_cast<std::uint64_t>(o.depth);
         s.report->requests += static_cast<std::uint64_t>(o.depth);
         s.report->bytes += batch;
+        if (o.reconnect) stream.reset();  // closed without a goodbye, as a load generator may
     }
     s.report->latency.merge(local);
 }
 
 // Reads one response head and body from `reader`; checks status and body.
-task<result<std::size_t>> read_http_response(net::buffered_reader& reader) {
+template <class Reader>
+task<result<std::size_t>> read_http_response(Reader& reader) {
     result<std::string_view> head = co_await reader.read_until("\r\n\r\n", 8192);
     if (!head) co_return head.error();
     std::string_view h = *head;
@@ -137,28 +195,50 @@ task<result<std::size_t>> read_http_response(net::buffered_reader& reader) {
     co_return head_size + length;
 }
 
-task<void> http_connection(shared_state& s, std::uint32_t) {
+template <class Connector>
+task<void> http_connection(shared_state& s, Connector& connector, std::uint32_t) {
+    using stream_type = typename Connector::stream;
     const load_options& o = *s.options;
-    result<net::tcp_stream> stream = co_await net::tcp_stream::connect(o.target, 5s);
-    if (!stream) co_return fail(s, "connect: " + stream.error().message());
-    (void)stream->set_nodelay(true);
     std::string requests;
     for (int i = 0; i < o.depth; ++i) requests += http_request;
     const auto out = std::as_bytes(std::span(requests.data(), requests.size()));
-    net::buffered_reader reader(*stream);
+    std::optional<stream_type> stream;
+    std::optional<net::basic_buffered_reader<stream_type>> reader;
     latency_histogram local;
     while (clock::now() < s.end) {
+        if (!stream) {
+            result<stream_type> opened = co_await connector.open(o);
+            if (!opened) co_return fail(s, "connect: " + opened.error().message());
+            stream.emplace(std::move(*opened));
+            reader.emplace(*stream);
+            ++s.report->connections;
+        }
         const auto sent = clock::now();
         if (auto w = co_await stream->write_all(out); !w) co_return fail(s, "write: " + w.error().message());
         for (int i = 0; i < o.depth; ++i) {
-            result<std::size_t> n = co_await read_http_response(reader);
+            result<std::size_t> n = co_await read_http_response(*reader);
             if (!n) co_return fail(s, "response: " + n.error().message());
             local.add(clock::now() - sent);
             ++s.report->requests;
             s.report->bytes += *n;
         }
+        if (o.reconnect) {
+            reader.reset();
+            stream.reset();
+        }
     }
     s.report->latency.merge(local);
+}
+
+template <class Connector>
+task<void> run_connections(shared_state& s, Connector& connector) {
+    std::vector<task<void>> connections;
+    connections.reserve(static_cast<std::size_t>(s.options->connections));
+    for (int i = 0; i < s.options->connections; ++i) {
+        auto id = static_cast<std::uint32_t>(i);
+        connections.push_back(s.options->mode == load_mode::echo ? echo_connection(s, connector, id) : http_connection(s, connector, id));
+    }
+    co_await when_all(std::move(connections));
 }
 
 }  // namespace
@@ -166,14 +246,26 @@ task<void> http_connection(shared_state& s, std::uint32_t) {
 task<load_report> run_load(load_options options) {
     load_report report;
     shared_state s{&options, clock::now() + options.duration, &report};
+    report.reconnected = options.reconnect;
     const auto start = clock::now();
-    std::vector<task<void>> connections;
-    connections.reserve(static_cast<std::size_t>(options.connections));
-    for (int i = 0; i < options.connections; ++i) {
-        auto id = static_cast<std::uint32_t>(i);
-        connections.push_back(options.mode == load_mode::echo ? echo_connection(s, id) : http_connection(s, id));
+    // The connectors are named locals passed by reference: g++ 12 destroys
+    // a temporary with a destructor inside a co_await expression twice.
+    if (!options.tls) {
+        tcp_connector plain;
+        co_await run_connections(s, plain);
+    } else {
+#if SPINDLE_HAVE_TLS
+        result<tls::context> ctx = client_context(options);
+        if (ctx) {
+            tls_connector encrypted{*ctx};
+            co_await run_connections(s, encrypted);
+        } else {
+            fail(s, "tls: " + ctx.error().message());
+        }
+#else
+        fail(s, "built without TLS");
+#endif
     }
-    co_await when_all(std::move(connections));
     report.elapsed = clock::now() - start;
     co_return report;
 }

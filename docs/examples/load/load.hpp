@@ -23,6 +23,16 @@ struct load_options {
     std::size_t message_size = 64;  ///< echo: bytes per message
     int depth = 1;                  ///< requests in flight per connection
     std::chrono::milliseconds duration{3000};
+    /// A new connection for each batch of `depth` requests (with TLS: a
+    /// handshake each, so handshakes per second).
+    bool reconnect = false;
+    /// TLS: verify the server against `tls_ca` (PEM file; empty: the
+    /// system's store) and the name `server_name`; with `tls_resume`,
+    /// reconnections resume the session instead of a full handshake.
+    bool tls = false;
+    std::string tls_ca;
+    std::string server_name;
+    bool tls_resume = false;
 };
 
 /// Latencies in microseconds, in buckets of about 3% width up to 10 s.
@@ -46,13 +56,17 @@ struct load_report {
     std::uint64_t requests = 0;       ///< answered and verified
     std::uint64_t bytes = 0;          ///< payload bytes received
     std::uint64_t errors = 0;         ///< connections that failed or saw wrong bytes
+    std::uint64_t connections = 0;    ///< connections made (with TLS, handshakes)
+    bool reconnected = false;         ///< --reconnect: connections/s is a figure of its own
     std::string first_error;
     std::chrono::nanoseconds elapsed{};
     latency_histogram latency;
 
     double requests_per_second() const noexcept;
     double mib_per_second() const noexcept;
-    /// One line: "12345 req/s, 1.2 MiB/s, p50 80 us, p99 210 us, 0 errors".
+    double connections_per_second() const noexcept;
+    /// One line: "12345 req/s, 1.2 MiB/s, p50 80 us, p99 210 us, 0 errors"
+    /// (and connections per second when it reconnected).
     std::string summary() const;
 };
 

@@ -19,6 +19,7 @@ namespace {
     std::fprintf(out,
                  "usage: spindle-load [--mode echo|http] [--host ADDRESS] --port N [--connections N]\n"
                  "                    [--size BYTES] [--depth N] [--duration SECONDS] [--backend NAME]\n"
+                 "                    [--reconnect] [--tls] [--tls-ca FILE] [--tls-name NAME] [--tls-resume]\n"
                  "Drives an echo or HTTP server and prints requests/s, MiB/s and latency.\n\n"
                  "  --mode         echo (default) or http (GET / expecting \"Hello, World!\")\n"
                  "  --host         server address (default 127.0.0.1)\n"
@@ -27,7 +28,12 @@ namespace {
                  "  --size         echo message size in bytes, 1..1048576 (default 64)\n"
                  "  --depth        requests in flight per connection, 1..1024 (default 1)\n"
                  "  --duration     seconds to run, 1..600 (default 3)\n"
-                 "  --backend      automatic, epoll, io_uring or kqueue\n");
+                 "  --backend      automatic, epoll, io_uring or kqueue\n"
+                 "  --reconnect    a new connection for every batch of --depth requests\n"
+                 "  --tls          over TLS, verifying the server (with --reconnect: a full handshake each)\n"
+                 "  --tls-ca       trust this CA file (PEM) instead of the system's store\n"
+                 "  --tls-name     the name the server's certificate must carry (default: --host)\n"
+                 "  --tls-resume   with --reconnect, resume the TLS session instead of a full handshake\n");
     std::exit(status);
 }
 
@@ -51,6 +57,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "--help" || arg == "-h") usage(stdout, 0);
+        if (arg == "--reconnect" || arg == "--tls" || arg == "--tls-resume") {
+            (arg == "--reconnect" ? options.reconnect : arg == "--tls" ? options.tls : options.tls_resume) = true;
+            continue;
+        }
         if (i + 1 >= argc) usage(stderr, 2);
         std::string_view value = argv[++i];
         if (arg == "--mode" && value == "echo") options.mode = load_mode::echo;
@@ -62,6 +72,8 @@ int main(int argc, char** argv) {
         else if (arg == "--depth") options.depth = static_cast<int>(number(value, 1, 1024));
         else if (arg == "--duration") options.duration = std::chrono::seconds(number(value, 1, 600));
         else if (arg == "--backend" && backend_from_string(value)) lo.backend = *backend_from_string(value);
+        else if (arg == "--tls-ca") options.tls_ca = value;
+        else if (arg == "--tls-name") options.server_name = value;
         else usage(stderr, 2);
     }
     if (port < 0) usage(stderr, 2);
@@ -71,6 +83,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     options.target = *target;
+    if (options.server_name.empty()) options.server_name = host;
     std::optional<loop> l;
     if (!open_loop(l, lo)) return 1;
     load_report report = l->block_on(run_load(options));
