@@ -934,3 +934,101 @@ TEST_CASE("spindle-echo: while one client floods it, another's pings come back p
     CHECK(p99 < 20'000);
     CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
+
+// --- TLS (built with OpenSSL) ------------------------------------------------------------------
+
+#if SPINDLE_HAVE_TLS
+namespace {
+
+/// A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1, made
+/// with the openssl command as the README shows, in a directory removed
+/// afterwards.
+struct self_signed {
+    std::string dir;
+    std::string cert;
+    std::string key;
+
+    self_signed() {
+        char pattern[] = "/tmp/spindle-examples-tls-XXXXXX";
+        REQUIRE(::mkdtemp(pattern) != nullptr);
+        dir = pattern;
+        cert = dir + "/cert.pem";
+        key = dir + "/key.pem";
+        command_result r = run({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                                key, "-out", cert, "-days", "2", "-subj", "/CN=localhost", "-addext",
+                                "subjectAltName=DNS:localhost,IP:127.0.0.1"});
+        INFO(r.output);
+        REQUIRE(r.status == 0);
+    }
+    ~self_signed() { (void)std::system(("rm -rf '" + dir + "'").c_str()); }
+    self_signed(const self_signed&) = delete;
+    self_signed& operator=(const self_signed&) = delete;
+};
+
+bool have_tls_tools() {
+    if (on_path("openssl") && on_path("curl")) return true;
+    WARN("the openssl command or curl is not installed (./setup.sh installs both): skipped");
+    return false;
+}
+
+}  // namespace
+
+TEST_CASE("spindle-http serves HTTPS to curl --cacert, refuses plain HTTP on that port, and spindle-load --tls drives it") {
+    if (!have_tls_tools()) return;
+    self_signed pki;
+    process server({program("SPINDLE_HTTP"), "--port", "0", "--tls-cert", pki.cert, "--tls-key", pki.key});
+    const std::string port = std::to_string(server.wait_listening());
+    command_result ok = run({"curl", "-sS", "--cacert", pki.cert, "-w", " %{http_version} %{http_code}", "https://localhost:" + port + "/"});
+    INFO(ok.output);
+    CHECK(ok.status == 0);
+    CHECK(ok.output == "Hello, World! 1.1 200");
+    // Not trusted: curl refuses the self-signed certificate.
+    command_result untrusted = run({"curl", "-sS", "https://localhost:" + port + "/"});
+    CHECK(untrusted.status == 60);
+    // Plain HTTP to the TLS port gets no answer, and the server serves on.
+    command_result plain = run({"curl", "-sS", "-m", "5", "http://127.0.0.1:" + port + "/"});
+    CHECK(plain.status != 0);
+    for (const char* version : {"--tlsv1.2", "--tlsv1.3"}) {
+        command_result r = run({"curl", "-sS", version, "--cacert", pki.cert, "https://127.0.0.1:" + port + "/"});
+        CHECK(r.output == "Hello, World!");
+    }
+    // Keep-alive, then a new TLS connection per request (full handshakes).
+    for (std::vector<std::string> extra : {std::vector<std::string>{"--depth", "8"}, std::vector<std::string>{"--reconnect"}}) {
+        std::vector<std::string> argv{program("SPINDLE_LOAD"), "--mode", "http", "--port", port, "--tls", "--tls-ca", pki.cert,
+                                      "--connections", "10", "--duration", "1"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        command_result load = run(argv);
+        INFO(load.output);
+        CHECK(load.status == 0);
+        CHECK(load.output.find(" 0 errors") != std::string::npos);
+    }
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-echo serves TLS to openssl s_client and to spindle-load --tls") {
+    if (!have_tls_tools()) return;
+    self_signed pki;
+    process server({program("SPINDLE_ECHO"), "--port", "0", "--tls-cert", pki.cert, "--tls-key", pki.key});
+    const std::string port = std::to_string(server.wait_listening());
+    for (const char* version : {"-tls1_2", "-tls1_3"}) {
+        // s_client sends its input, prints what comes back, and ends at
+        // the end of its input (held open a moment for the echo).
+        command_result r = run({"sh", "-c",
+                                "(printf 'hello over tls\\n'; sleep 1) | openssl s_client -quiet -no_ign_eof -verify_return_error "
+                                "-CAfile '" + pki.cert + "' -servername localhost " + version + " -connect 127.0.0.1:" + port});
+        INFO(r.output);
+        CHECK(r.status == 0);
+        CHECK(r.output.find("hello over tls") != std::string::npos);
+    }
+    command_result load = run({program("SPINDLE_LOAD"), "--port", port, "--tls", "--tls-ca", pki.cert, "--connections", "20",
+                               "--size", "20000", "--depth", "2", "--duration", "1"});
+    INFO(load.output);
+    CHECK(load.status == 0);
+    CHECK(load.output.find(" 0 errors") != std::string::npos);
+    // A certificate file that is not there: a clear error and status 1.
+    command_result missing = run({program("SPINDLE_ECHO"), "--port", "0", "--tls-cert", pki.dir + "/none.pem", "--tls-key", pki.key});
+    CHECK(missing.status == 1);
+    CHECK(missing.output.find("No such file") != std::string::npos);
+    CHECK(exited_cleanly(server.stop(SIGINT)));
+}
+#endif

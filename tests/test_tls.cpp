@@ -14,7 +14,12 @@
 #include <spindle/net/write.hpp>
 #include <spindle/tls.hpp>
 
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -657,4 +662,99 @@ TEST_CASE("tls: reads and writes allocate nothing once the handshake is done", "
 #else
     WARN("frame pool off (sanitizer build): allocations not counted");
 #endif
+}
+
+// --- interoperability ------------------------------------------------------------------------
+
+namespace {
+
+/// `openssl s_server` as a child process, on a port of its choosing.
+class openssl_server {
+public:
+    explicit openssl_server(std::vector<std::string> argv) {
+        int out[2];
+        REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+        m_pid = ::fork();
+        REQUIRE(m_pid >= 0);
+        if (m_pid == 0) {
+            ::dup2(out[1], STDOUT_FILENO);
+            ::dup2(out[1], STDERR_FILENO);
+            std::vector<char*> args;
+            for (auto& a : argv) args.push_back(a.data());
+            args.push_back(nullptr);
+            ::execvp(args[0], args.data());
+            ::_exit(127);
+        }
+        ::close(out[1]);
+        m_out = out[0];
+    }
+    ~openssl_server() {
+        ::kill(m_pid, SIGKILL);
+        ::waitpid(m_pid, nullptr, 0);
+        ::close(m_out);
+    }
+    openssl_server(const openssl_server&) = delete;
+    openssl_server& operator=(const openssl_server&) = delete;
+
+    /// The port of its "ACCEPT 127.0.0.1:PORT" line (0 if none within 10 s).
+    std::uint16_t port() {
+        const auto give_up = std::chrono::steady_clock::now() + 10s;
+        std::string text;
+        while (std::chrono::steady_clock::now() < give_up) {
+            if (auto at = text.find("ACCEPT 127.0.0.1:"); at != std::string::npos && text.find('\n', at) != std::string::npos)
+                return static_cast<std::uint16_t>(std::stoi(text.substr(at + 17)));
+            pollfd p{m_out, POLLIN, 0};
+            if (::poll(&p, 1, 100) <= 0) continue;
+            char buf[512];
+            const ssize_t n = ::read(m_out, buf, sizeof buf);
+            if (n <= 0) break;
+            text.append(buf, static_cast<std::size_t>(n));
+        }
+        INFO("openssl s_server said: " << text);
+        return 0;
+    }
+
+private:
+    pid_t m_pid = -1;
+    int m_out = -1;
+};
+
+bool have_openssl_command() { return std::system("command -v openssl >/dev/null 2>&1") == 0; }
+
+}  // namespace
+
+TEST_CASE("tls: spindle's client against openssl s_server, TLS 1.3 and 1.2", "[tls][interop]") {
+    if (!have_openssl_command()) {
+        WARN("the openssl command is not installed (./setup.sh installs it): skipped");
+        return;
+    }
+    spindle::test::temp_dir dir;
+    const std::string cert = dir.write("server.pem", test_pki::get().server.certificate);
+    const std::string key = dir.write("server.key", test_pki::get().server.key);
+    for (const char* version : {"-tls1_3", "-tls1_2"}) {
+        CAPTURE(version);
+        openssl_server server({"openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", cert, "-key", key, "-www", "-naccept", "1",
+                               version, "-alpn", "http/1.1"});
+        const std::uint16_t port = server.port();
+        REQUIRE(port != 0);
+        loop l;
+        run_with_watchdog(l, [](std::uint16_t port, std::string version) -> task<void> {
+            tls::context_options o = client_options();
+            o.alpn = {"http/1.1"};
+            result<tls::tcp_stream> s = co_await tls::connect(make_client(o), net::address::ipv4_loopback(port), "localhost");
+            if (!s) FAIL("connect: " << s.error().message());
+            CHECK(s->protocol_version() == (version == "-tls1_3" ? "TLSv1.3" : "TLSv1.2"));
+            CHECK(s->alpn() == "http/1.1");
+            REQUIRE_OK(co_await net::write_all(*s, "GET / HTTP/1.0\r\n\r\n"));
+            std::string page;
+            std::array<std::byte, 4096> buf;
+            for (;;) {
+                result<std::size_t> n = co_await s->read_some(buf);
+                if (!n || *n == 0) break;  // s_server may close without close_notify
+                page += text_of(std::span(buf).first(*n));
+            }
+            CHECK(page.starts_with("HTTP/1.0 200 ok"));
+            CHECK(page.find(std::string(s->cipher())) != std::string::npos);  // it lists the suite it chose
+        }(port, version), 20s);
+    }
 }
