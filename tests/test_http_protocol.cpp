@@ -640,3 +640,14 @@ TEST_CASE("http: output_buffer is reused without reallocating", "[http]") {
     digits.append_decimal(std::numeric_limits<std::uint64_t>::max());
     REQUIRE(digits.view() == "0 18446744073709551615");
 }
+
+TEST_CASE("http: GET /bytes/N answers N bytes of the alphabet, up to 1 MiB; beyond, or not a number, 404", "[http]") {
+    const std::string small = answer("GET /bytes/30 HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(small.find("Content-Length: 30\r\n") != std::string::npos);
+    CHECK(small.ends_with("\r\n\r\nabcdefghijklmnopqrstuvwxyzabcd"));
+    const std::string big = answer("GET /bytes/1048576 HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(big.find("Content-Length: 1048576\r\n") != std::string::npos);
+    CHECK(answer("GET /bytes/0 HTTP/1.1\r\nHost: a\r\n\r\n").find("Content-Length: 0\r\n") != std::string::npos);
+    for (const char* path : {"/bytes/1048577", "/bytes/", "/bytes/12a", "/bytes/99999999"})
+        CHECK(answer("GET "s + path + " HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 404 "));
+}

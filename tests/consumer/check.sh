@@ -13,6 +13,7 @@
 #      with the flags of `pkg-config --cflags spindle` alone
 #   3. main.cpp built with `c++ -std=c++20 main.cpp $(pkg-config --cflags --libs spindle)`
 #      (no --static) runs: a task, a sleep, a TCP round trip on 127.0.0.1
+#   3b. with TLS built, tls_main.cpp built with `pkg-config --cflags --libs spindle-tls` runs
 #   4. the same program as a meson project with spindle in subprojects/spindle
 #      (--wrap-mode=nodownload), which builds no spindle tests, benchmarks or
 #      examples there, runs
@@ -65,6 +66,7 @@ if [[ -n $build_dir ]]; then
         fi
     done
     sed -i "s|^prefix=.*|prefix=$work/destdir$old_prefix|" "$pc"
+    [[ ! -f $(dirname "$pc")/spindle-tls.pc ]] || sed -i "s|^prefix=.*|prefix=$work/destdir$old_prefix|" "$(dirname "$pc")/spindle-tls.pc"
     prefix=$work/destdir$old_prefix
 else
     log "building the libraries alone, installing into a temporary prefix"
@@ -113,6 +115,19 @@ if quietly "$cxx" -std=c++20 "$here/main.cpp" -o "$work/consumer-pkgconfig" "${p
     timeout 60 "$work/consumer-pkgconfig" || fail "the pkg-config build of main.cpp failed when run"
 else
     fail "main.cpp does not build with pkg-config"
+fi
+
+# --- 3b. pkg-config, TLS ----------------------------------------------------------
+if [[ -f $(dirname "$pc")/spindle-tls.pc ]]; then
+    log "building tls_main.cpp with $cxx -std=c++20 \$(pkg-config --cflags --libs spindle-tls)"
+    read -r -a tls_flags <<<"$("$pkg_config" --cflags --libs spindle-tls)"
+    if quietly "$cxx" -std=c++20 "$here/tls_main.cpp" -o "$work/consumer-tls" "${tls_flags[@]}"; then
+        timeout 60 "$work/consumer-tls" || fail "the pkg-config build of tls_main.cpp failed when run"
+    else
+        fail "tls_main.cpp does not build with pkg-config spindle-tls"
+    fi
+else
+    log "spindle-tls.pc not installed (built without TLS): no TLS consumer"
 fi
 
 # --- 4. meson subproject ------------------------------------------------------

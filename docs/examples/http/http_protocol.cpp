@@ -279,6 +279,32 @@ error_reply reply_for(parse_status status) noexcept {
     return {400, "Bad Request"};
 }
 
+/// The largest /bytes/N answer: throughput tests download it.
+constexpr std::size_t max_bulk = 1024 * 1024;
+
+/// N of a path "/bytes/N" (decimal, at most max_bulk), or nothing.
+std::optional<std::size_t> bulk_size(std::string_view path) noexcept {
+    constexpr std::string_view prefix = "/bytes/";
+    if (!path.starts_with(prefix) || path.size() == prefix.size() || path.size() > prefix.size() + 7) return std::nullopt;
+    std::size_t n = 0;
+    for (const char c : path.substr(prefix.size())) {
+        if (c < '0' || c > '9') return std::nullopt;
+        n = n * 10 + static_cast<std::size_t>(c - '0');
+    }
+    if (n > max_bulk) return std::nullopt;
+    return n;
+}
+
+/// max_bulk bytes of a repeating alphabet, made on first use.
+std::string_view bulk_body() {
+    static const std::string body = [] {
+        std::string b(max_bulk, '\0');
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>('a' + i % 26);
+        return b;
+    }();
+    return body;
+}
+
 void respond(output_buffer& out, const parse_result& request) {
     response_options options;
     // An HTTP/1.0 client that asked to keep the connection closes it anyway
@@ -296,6 +322,8 @@ void respond(output_buffer& out, const parse_result& request) {
     const std::string_view path = request.target.substr(0, request.target.find('?'));
     if (path == "/") {
         append_response(out, 200, "OK", "Hello, World!", request.keep_alive, options);
+    } else if (std::optional<std::size_t> size = bulk_size(path)) {
+        append_response(out, 200, "OK", bulk_body().substr(0, *size), request.keep_alive, options);
     } else {
         append_response(out, 404, "Not Found", "Not Found", request.keep_alive, options);
     }

@@ -1,4 +1,5 @@
-// spindle-http: a minimal HTTP/1.1 server. GET / answers "Hello, World!";
+// spindle-http: a minimal HTTP/1.1 server. GET / answers "Hello, World!"
+// (GET /bytes/N: N bytes, up to 1 MiB, for throughput tests);
 // keep-alive and pipelining; malformed requests get 400, heads over 8 KiB get
 // 431, and the connection is closed after either. HTTPS with --tls-cert and
 // --tls-key (ALPN http/1.1).
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
     const service_options options = parse_service_options(
         argc, argv,
         {.name = "spindle-http",
-         .description = "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\"; keep-alive and pipelining.",
+         .description = "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\" (GET /bytes/N: N bytes, up to 1 MiB); keep-alive and pipelining.",
          .default_port = 8080,
          .flags = flags});
     if (tls.enabled()) {
