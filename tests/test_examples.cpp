@@ -3,6 +3,7 @@
 // redis-benchmark, wrk), stopped with SIGINT or SIGTERM.
 
 #include "catch.hpp"
+#include "child_process.hpp"
 
 #include <algorithm>
 #include <array>
@@ -63,21 +64,9 @@ std::string read_until(int fd, std::chrono::steady_clock::time_point deadline, S
 class process {
 public:
     explicit process(std::vector<std::string> argv) {
-        int out[2];
-        REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-        m_pid = ::fork();
-        REQUIRE(m_pid >= 0);
-        if (m_pid == 0) {
-            ::dup2(out[1], STDOUT_FILENO);
-            ::dup2(out[1], STDERR_FILENO);
-            std::vector<char*> args;
-            for (auto& a : argv) args.push_back(a.data());
-            args.push_back(nullptr);
-            ::execvp(args[0], args.data());
-            ::_exit(127);
-        }
-        ::close(out[1]);
-        m_out = out[0];
+        const spindle::test::child_output child = spindle::test::spawn_with_output(std::move(argv));
+        m_pid = child.pid;
+        m_out = child.out;
     }
     ~process() {
         if (m_pid > 0) {

@@ -5,6 +5,8 @@
 // KeyUpdate, a thousand connections at once, and no allocation per record.
 // Certificates are made while the tests run (tls_support.hpp).
 
+#include "child_process.hpp"
+#include "counting_new.hpp"
 #include "net_support.hpp"
 #include "stream_kinds.hpp"
 #include "support.hpp"
@@ -42,20 +44,11 @@ using spindle::test::text_of;
 namespace net = spindle::net;
 namespace tls = spindle::tls;
 
+// --- allocations ------------------------------------------------------------------------
+
 #if SPINDLE_FRAME_POOL
-namespace {
-thread_local bool t_counting = false;
-thread_local std::size_t t_allocations = 0;
-}  // namespace
-// Counted while t_counting is set, on this thread (not under ASan, whose
-// operator new stays in place; nor OpenSSL's own, which is malloc).
-[[gnu::noinline]] void* operator new(std::size_t size) {
-    if (t_counting) ++t_allocations;
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using spindle::test::t_allocations;
+using spindle::test::t_counting;
 #endif
 
 namespace {
@@ -672,21 +665,9 @@ namespace {
 class openssl_server {
 public:
     explicit openssl_server(std::vector<std::string> argv) {
-        int out[2];
-        REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-        m_pid = ::fork();
-        REQUIRE(m_pid >= 0);
-        if (m_pid == 0) {
-            ::dup2(out[1], STDOUT_FILENO);
-            ::dup2(out[1], STDERR_FILENO);
-            std::vector<char*> args;
-            for (auto& a : argv) args.push_back(a.data());
-            args.push_back(nullptr);
-            ::execvp(args[0], args.data());
-            ::_exit(127);
-        }
-        ::close(out[1]);
-        m_out = out[0];
+        const spindle::test::child_output child = spindle::test::spawn_with_output(std::move(argv));
+        m_pid = child.pid;
+        m_out = child.out;
     }
     ~openssl_server() {
         ::kill(m_pid, SIGKILL);

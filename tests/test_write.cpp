@@ -4,6 +4,7 @@
 // than one send carries, a closed peer (an error, never SIGPIPE), and no
 // allocation per call; over every kind of stream.
 
+#include "counting_new.hpp"
 #include "net_support.hpp"
 #include "stream_kinds.hpp"
 
@@ -82,25 +83,10 @@ extern "C" ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
 }
 
 // --- allocations ------------------------------------------------------------------------
-//
-// Counted while `counting` is set, on this thread. Under AddressSanitizer the
-// frame pool is off (every frame is allocated), and ASan's own operator new
-// stays in place: nothing is replaced or counted there.
 
 #if SPINDLE_FRAME_POOL
-namespace {
-thread_local bool t_counting = false;
-thread_local std::size_t t_allocations = 0;
-}  // namespace
-
-// Out of line: inlined, g++ takes the free() of a new'd pointer for a mismatch.
-[[gnu::noinline]] void* operator new(std::size_t size) {
-    if (t_counting) ++t_allocations;
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using spindle::test::t_allocations;
+using spindle::test::t_counting;
 #endif
 
 namespace {
