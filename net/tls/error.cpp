@@ -9,7 +9,7 @@ namespace spindle::tls {
 
 namespace {
 
-bool is_verify_code(int value) noexcept { return (value & detail::verify_base) != 0; }
+using detail::is_verify_code;
 
 class category final : public std::error_category {
 public:
@@ -18,7 +18,7 @@ public:
     std::string message(int value) const override {
         if (is_verify_code(value)) {
             return std::string("certificate verify failed: ") +
-                   X509_verify_cert_error_string(static_cast<long>(value & ~detail::verify_base));
+                   X509_verify_cert_error_string(static_cast<long>(-value));
         }
         switch (static_cast<errc>(value)) {
             case errc::truncated: return "the peer closed the connection without close_notify (truncated)";
@@ -59,7 +59,7 @@ std::error_code take_openssl_error(std::error_code fallback) noexcept {
     ERR_clear_error();
     if (code == 0) return fallback;
     if (ERR_SYSTEM_ERROR(code)) return {ERR_GET_REASON(code), std::system_category()};
-    // Keep the library and the reason; both fit in 31 bits below verify_base.
+    // Keep the library and the reason; both fit in 31 bits.
     const int packed = static_cast<int>(ERR_PACK(ERR_GET_LIB(code), 0, ERR_GET_REASON(code)));
     return {packed, tls_category()};
 }

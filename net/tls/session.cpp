@@ -46,10 +46,10 @@ struct bio_method_holder {
     }
 };
 
-result<std::unique_ptr<session>> session::make(const context& ctx, std::string_view server_name) {
+result<std::shared_ptr<session>> session::make(const context& ctx, std::string_view server_name) {
     if (!ctx) return make_error_code(errc::wrong_context);
     context_state& state = *ctx.state();
-    std::unique_ptr<session> s(new session);
+    std::shared_ptr<session> s(new session);
     s->m_context = ctx.state();
     ERR_clear_error();
     BIO_METHOD* method = bio_method_holder::get();
@@ -121,7 +121,7 @@ step session::outcome(int r, std::size_t count) {
     if (ERR_GET_LIB(code) == ERR_LIB_SSL && ERR_GET_REASON(code) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
         ERR_clear_error();
         const long verdict = SSL_get_verify_result(m_ssl);
-        if (verdict != X509_V_OK) return {need::failed, count, {verify_base | static_cast<int>(verdict), tls_category()}};
+        if (verdict != X509_V_OK) return {need::failed, count, {verify_code(static_cast<int>(verdict)), tls_category()}};
         return {need::failed, count, make_error_code(errc::certificate_verify_failed)};
     }
     return {need::failed, count, take_openssl_error(make_error_code(std::errc::protocol_error))};
@@ -135,6 +135,7 @@ step session::handshake() {
 }
 
 step session::read(std::span<std::byte> out) {
+    if (m_deferred.what == need::failed) return m_deferred;
     std::size_t total = 0;
     // Everything decrypted already, record after record, while there is room:
     // a bulk reader gets up to its buffer per call.
@@ -147,9 +148,13 @@ step session::read(std::span<std::byte> out) {
             continue;
         }
         step s = outcome(r, total);
-        // Bytes in hand come first; a close or error is met again next time
-        // (OpenSSL repeats both).
-        if (total > 0) return {need::nothing, total};
+        // Bytes in hand come first. A close is met again next time (OpenSSL
+        // repeats it); an error is kept for the next read, which OpenSSL
+        // would answer with a vaguer one.
+        if (total > 0) {
+            if (s.what == need::failed) m_deferred = {need::failed, 0, s.error};
+            return {need::nothing, total};
+        }
         return s;
     }
     return {need::nothing, total};
@@ -172,10 +177,15 @@ step session::write(std::span<const std::byte> in) {
 }
 
 step session::close_notify() {
-    if (!handshake_done() || close_notify_sent()) return {need::nothing, 0};
+    if (!handshake_done() || m_close_notify_queued) return {need::nothing, 0};
     ERR_clear_error();
+    // Called again after output_room until OpenSSL has all of the alert in
+    // our buffer (it marks close_notify sent before it has written it).
     const int r = SSL_shutdown(m_ssl);
-    if (r >= 0) return {need::nothing, 0};  // 0: ours is queued, the peer's not seen yet
+    if (r >= 0) {  // 0: ours is queued, the peer's not seen yet
+        m_close_notify_queued = true;
+        return {need::nothing, 0};
+    }
     return outcome(r, 0);
 }
 

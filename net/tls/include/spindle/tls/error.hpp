@@ -42,10 +42,11 @@ inline std::error_condition make_error_condition(errc e) noexcept { return {stat
 
 namespace detail {
 
-/// Codes of the category: spindle's own (errc), OpenSSL's packed error codes
-/// (library << 23 | reason; the library is below 128, so they stay below
-/// verify_base) and certificate verification results (verify_base | X509_V_ERR_*).
-inline constexpr int verify_base = 1 << 30;
+/// Codes of the category: spindle's own (errc: small positive numbers),
+/// OpenSSL's packed error codes (library << 23 | reason: positive, at least
+/// 1 << 23) and certificate verification results (X509_V_ERR_*, negated).
+constexpr int verify_code(int x509_verify_result) noexcept { return -x509_verify_result; }
+constexpr bool is_verify_code(int value) noexcept { return value < 0; }
 
 /// The oldest error on this thread's OpenSSL queue as an error_code (the
 /// queue is cleared), or `fallback` when it is empty.

@@ -31,6 +31,9 @@
 /// - After the handshake, reads and writes allocate nothing: each operation
 ///   is a small pooled frame, and the ciphertext buffers (16 KiB in, 33 KiB
 ///   out) live as long as the stream (OpenSSL's own buffers aside).
+/// - Destroying (or closing) a stream with operations parked on it completes
+///   them with operation_canceled, as on a socket; they hold the engine
+///   until they have.
 /// - The handshake happens on the first read or write if handshake() was not
 ///   called; call it to apply the handshake timeout and to see a failure
 ///   (a certificate that does not verify) at once.
@@ -70,14 +73,14 @@ public:
     /// kept from an earlier connection to that name.
     static result<stream> client(const context& ctx, Next next, std::string_view server_name) {
         if (!ctx || ctx.is_server()) return make_error_code(errc::wrong_context);
-        result<std::unique_ptr<detail::session>> s = detail::session::make(ctx, server_name);
+        result<std::shared_ptr<detail::session>> s = detail::session::make(ctx, server_name);
         if (!s) return s.error();
         return stream(std::move(next), std::move(*s), ctx.options());
     }
     /// The server side of an accepted connection.
     static result<stream> server(const context& ctx, Next next) {
         if (!ctx || !ctx.is_server()) return make_error_code(errc::wrong_context);
-        result<std::unique_ptr<detail::session>> s = detail::session::make(ctx, {});
+        result<std::shared_ptr<detail::session>> s = detail::session::make(ctx, {});
         if (!s) return s.error();
         return stream(std::move(next), std::move(*s), ctx.options());
     }
@@ -85,12 +88,28 @@ public:
     /// A closed stream.
     stream() noexcept = default;
     stream(stream&&) noexcept = default;
-    stream& operator=(stream&&) noexcept = default;
+    stream& operator=(stream&& other) noexcept {
+        if (this != &other) {
+            if (m_session) m_session->stream_gone = true;
+            m_next = std::move(other.m_next);
+            m_session = std::move(other.m_session);
+            m_handshake_timeout = other.m_handshake_timeout;
+            m_shutdown_timeout = other.m_shutdown_timeout;
+        }
+        return *this;
+    }
+
+    /// Closes the stream underneath. Operations still parked on it complete
+    /// with operation_canceled later; they hold the engine, not the stream.
+    ~stream() {
+        if (m_session) m_session->stream_gone = true;
+    }
 
     /// The handshake, bounded by the context's handshake_timeout (timed_out).
     /// A failure is sent to the peer as an alert before it is returned.
     task<result<void>> handshake(std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         if (m_handshake_timeout.count() > 0) co_return co_await with_timeout(m_handshake_timeout, run_handshake(token));
         co_return co_await run_handshake(token);
     }
@@ -100,7 +119,10 @@ public:
     task<result<std::size_t>> read_some(std::span<std::byte> buf, std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
         if (buf.empty()) co_return std::size_t{0};
-        detail::session& s = *m_session;
+        // Every operation holds the engine: one whose stream is destroyed
+        // while it is parked resumes (cancelled) into memory still there.
+        const std::shared_ptr<detail::session> keep = m_session;
+        detail::session& s = *keep;
         for (;;) {
             const detail::step st = s.read(buf);
             switch (st.what) {
@@ -108,39 +130,46 @@ public:
                     // What reading made OpenSSL write (a KeyUpdate answered,
                     // a ticket acknowledged) goes now, unless a writer is
                     // sending: it takes it along. A read never waits for one.
-                    if (s.has_output() && !s.sending) (void)co_await send_output(token);
+                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);
                     co_return st.count;
                 case detail::need::closed: co_return std::size_t{0};
                 case detail::need::failed:
-                    if (s.has_output() && !s.sending) (void)co_await send_output(token);  // the alert
+                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);  // the alert
                     co_return st.error;
                 case detail::need::output_room:
-                    if (result<void> sent = co_await send_output(token); !sent) co_return sent.error();
+                    if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
                     break;
                 case detail::need::input:
+                    // Our side of the handshake (or a reply) goes before we
+                    // wait for the peer's. A send that failed does not fail
+                    // the read: what the peer sent may still be there.
                     if (s.has_output() && !s.sending) {
-                        if (result<void> sent = co_await send_output(token); !sent) co_return sent.error();
+                        result<void> sent = co_await send_output(s, token);
+                        if (!sent && is_cancellation(sent.error())) co_return sent.error();
                     }
-                    if (result<void> got = co_await receive_input(token); !got) co_return got.error();
+                    if (result<void> got = co_await receive_input(s, token); !got) co_return got.error();
                     break;
             }
         }
     }
 
-    /// Encrypts and sends at most buf.size() bytes (up to 32 KiB at once).
+    /// Encrypts and sends at most buf.size() bytes (one record: 16 KiB).
     task<result<std::size_t>> write_some(std::span<const std::byte> buf, std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
         if (buf.empty()) co_return std::size_t{0};
+        if (token.stop_requested()) co_return std::make_error_code(std::errc::operation_canceled);
+        const std::shared_ptr<detail::session> keep = m_session;
+        detail::session& s = *keep;
         // What an earlier write left unsent goes first; cancelled here,
         // nothing of buf was taken.
-        if (m_session->has_output()) {
-            if (result<void> sent = co_await send_output(token); !sent) co_return sent.error();
+        if (s.has_output()) {
+            if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
         }
-        result<std::size_t> taken = co_await encrypt(buf, token);
+        result<std::size_t> taken = co_await encrypt(s, buf, token);
         if (!taken) co_return taken.error();
         // Taken is taken: a stop while sending leaves the rest for the next send.
-        (void)co_await send_output(token);
-        if (m_session->send_error) co_return m_session->send_error;
+        (void)co_await send_output(s, token);
+        if (s.send_error) co_return s.send_error;
         co_return *taken;
     }
 
@@ -148,27 +177,29 @@ public:
     /// whenever it is full, and at the end.
     task<result<void>> write_all(std::span<const std::byte> buf, std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         while (!buf.empty()) {
-            result<std::size_t> taken = co_await encrypt(buf, token);
+            result<std::size_t> taken = co_await encrypt(*keep, buf, token);
             if (!taken) co_return taken.error();
             buf = buf.subspan(*taken);
         }
-        co_return co_await send_output(token);
+        co_return co_await send_output(*keep, token);
     }
 
     /// Writes all of the buffers, in order: each one record or more, sent
     /// together.
     task<result<void>> write_all(std::span<const ::iovec> bufs, std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         for (const ::iovec& piece : bufs) {
             std::span<const std::byte> rest(static_cast<const std::byte*>(piece.iov_base), piece.iov_len);
             while (!rest.empty()) {
-                result<std::size_t> taken = co_await encrypt(rest, token);
+                result<std::size_t> taken = co_await encrypt(*keep, rest, token);
                 if (!taken) co_return taken.error();
                 rest = rest.subspan(*taken);
             }
         }
-        co_return co_await send_output(token);
+        co_return co_await send_output(*keep, token);
     }
 
     /// Half-close: sends close_notify. The peer reads end of stream after
@@ -176,13 +207,14 @@ public:
     /// 1.2 peer usually answers with its own close_notify).
     task<result<void>> shutdown_write(std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         for (;;) {
-            const detail::step st = m_session->close_notify();
+            const detail::step st = keep->close_notify();
             if (st.what == detail::need::nothing) break;
             if (st.what == detail::need::failed) co_return st.error;
-            if (result<void> sent = co_await send_output(token); !sent) co_return sent;
+            if (result<void> sent = co_await send_output(*keep, token); !sent) co_return sent;
         }
-        co_return co_await send_output(token);
+        co_return co_await send_output(*keep, token);
     }
 
     /// The orderly end: sends close_notify, waits for the peer's (reading
@@ -192,10 +224,11 @@ public:
     /// stream is closed either way.
     task<result<void>> shutdown(std::stop_token token = {}) {
         if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         result<void> done = m_shutdown_timeout.count() > 0
                                 ? co_await with_timeout(m_shutdown_timeout, exchange_close_notify(token))
                                 : co_await exchange_close_notify(token);
-        close();
+        if (!keep->stream_gone) close();
         co_return done;
     }
 
@@ -224,7 +257,7 @@ public:
     ssl_st* native_handle() const noexcept { return m_session ? m_session->native_handle() : nullptr; }
 
 private:
-    stream(Next next, std::unique_ptr<detail::session> s, const context_options& o) noexcept
+    stream(Next next, std::shared_ptr<detail::session> s, const context_options& o) noexcept
         : m_next(std::move(next)), m_session(std::move(s)), m_handshake_timeout(o.handshake_timeout),
           m_shutdown_timeout(o.shutdown_timeout) {}
 
@@ -233,58 +266,78 @@ private:
     }
 
     task<result<void>> run_handshake(std::stop_token token) {
-        detail::session& s = *m_session;
+        const std::shared_ptr<detail::session> keep = m_session;
+        detail::session& s = *keep;
         for (;;) {
             const detail::step st = s.handshake();
             switch (st.what) {
-                case detail::need::nothing: co_return co_await send_output(token);  // our Finished, a ticket
+                case detail::need::nothing: co_return co_await send_output(s, token);  // our Finished, a ticket
                 case detail::need::closed: co_return make_error_code(errc::truncated);
                 case detail::need::failed:
-                    if (s.has_output() && !s.sending) (void)co_await send_output(token);  // the alert
+                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);  // the alert
                     co_return st.error;
                 case detail::need::output_room:
-                    if (result<void> sent = co_await send_output(token); !sent) co_return sent;
+                    if (result<void> sent = co_await send_output(s, token); !sent) co_return sent;
                     break;
                 case detail::need::input:
-                    if (result<void> sent = co_await send_output(token); !sent) co_return sent;
-                    if (result<void> got = co_await receive_input(token); !got) co_return got;
+                    if (result<void> sent = co_await send_output(s, token); !sent) co_return sent;
+                    if (result<void> got = co_await receive_input(s, token); !got) co_return got;
                     break;
             }
         }
     }
 
-    /// Encrypts as much of `in` as the output buffer has room for (sending
-    /// first when it has none): the count taken, at least one byte.
-    task<result<std::size_t>> encrypt(std::span<const std::byte> in, std::stop_token token) {
-        detail::session& s = *m_session;
+    /// Encrypts one record's worth of `in` into the output buffer (sending
+    /// first when it has no room for a whole record): the count taken, at
+    /// least one byte.
+    task<result<std::size_t>> encrypt(detail::session& s, std::span<const std::byte> in, std::stop_token token) {
+        const std::span<const std::byte> chunk = in.first(std::min(in.size(), detail::session::record_plaintext));
+        // Full records only: a record cut to fit what is left of the buffer
+        // would cost the peer a record's overhead for a few bytes.
+        while (s.write_limit() < chunk.size()) {
+            if (!s.has_output()) break;  // room for less than a record only when something is queued
+            if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
+        }
         for (;;) {
-            const std::size_t limit = s.write_limit();
-            if (limit == 0) {
-                if (result<void> sent = co_await send_output(token); !sent) co_return sent.error();
-                continue;
-            }
-            const std::span<const std::byte> chunk = in.first(std::min(in.size(), limit));
-            for (;;) {
-                // The limit leaves room for every record of the chunk, so
-                // OpenSSL takes it whole; should it not, it must be offered
-                // the same bytes again once there is room.
-                const detail::step st = s.write(chunk);
-                if (st.what == detail::need::nothing) co_return st.count;
-                if (st.what == detail::need::failed) co_return st.error;
-                if (st.what == detail::need::closed) co_return std::make_error_code(std::errc::broken_pipe);
-                if (st.what == detail::need::output_room) {
-                    if (result<void> sent = co_await send_output(token); !sent) co_return sent.error();
-                } else if (result<void> got = co_await receive_input(token); !got) {
-                    co_return got.error();
+            // The limit leaves room for every record of the chunk, so
+            // OpenSSL takes it whole; should it not, it must be offered the
+            // same bytes again once there is room.
+            const detail::step st = s.write(chunk);
+            if (st.what == detail::need::nothing) co_return st.count;
+            if (st.what == detail::need::failed) co_return st.error;
+            if (st.what == detail::need::closed) co_return std::make_error_code(std::errc::broken_pipe);
+            if (st.what == detail::need::output_room) {
+                if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
+            } else {
+                // OpenSSL needs the peer's bytes first (a handshake not done
+                // yet): ours go before we wait for them.
+                if (s.has_output()) {
+                    result<void> sent = co_await send_output(s, token);
+                    if (!sent) co_return sent.error();
                 }
+                if (result<void> got = co_await receive_input(s, token); !got) co_return got.error();
             }
         }
     }
+
+    /// Marks a send or a receive of the stream underneath in flight; when it
+    /// ends, however it ends (a frame destroyed mid-wait included), clears
+    /// the mark and wakes whoever waits for it.
+    struct in_flight {
+        bool& flag;
+        event& done;
+        explicit in_flight(bool& f, event& d) noexcept : flag(f), done(d) { flag = true; }
+        ~in_flight() {
+            flag = false;
+            done.set();
+        }
+        in_flight(const in_flight&) = delete;
+        in_flight& operator=(const in_flight&) = delete;
+    };
 
     /// Sends the output buffer until it is empty. With another task sending,
     /// waits for it instead, then sends whatever is left.
-    task<result<void>> send_output(std::stop_token token) {
-        detail::session& s = *m_session;
+    task<result<void>> send_output(detail::session& s, std::stop_token token) {
         while (s.has_output()) {
             if (s.send_error) co_return s.send_error;
             if (s.sending) {
@@ -292,14 +345,15 @@ private:
                 if (std::error_code ec = co_await s.output_drained.wait(token)) co_return ec;
                 continue;
             }
-            s.sending = true;
-            result<std::size_t> n = co_await m_next.write_some(s.output(), token);
-            s.sending = false;
+            result<std::size_t> n = std::make_error_code(std::errc::operation_canceled);
+            {
+                const in_flight mark(s.sending, s.output_drained);
+                n = co_await m_next.write_some(s.output(), token);
+            }
             if (!n) {
                 // A cancelled send sent nothing; a failed one fails every
                 // later send as well.
                 if (!is_cancellation(n.error())) s.send_error = n.error();
-                s.output_drained.set();
                 co_return n.error();
             }
             s.output_sent(*n);
@@ -310,8 +364,7 @@ private:
 
     /// Reads ciphertext from the stream underneath. With another task
     /// reading, waits for what it reads instead.
-    task<result<void>> receive_input(std::stop_token token) {
-        detail::session& s = *m_session;
+    task<result<void>> receive_input(detail::session& s, std::stop_token token) {
         if (s.receive_error) co_return s.receive_error;
         if (s.receiving) {
             s.input_arrived.reset();
@@ -320,16 +373,18 @@ private:
         }
         const std::span<std::byte> space = s.input_space();  // before `receiving`: it may compact
         if (space.empty()) co_return result<void>{};
-        s.receiving = true;
-        result<std::size_t> n = co_await m_next.read_some(space, token);
-        s.receiving = false;
-        s.input_arrived.set();
+        result<std::size_t> n = std::make_error_code(std::errc::operation_canceled);
+        {
+            const in_flight mark(s.receiving, s.input_arrived);
+            n = co_await m_next.read_some(space, token);
+            // Counted before the mark goes, so a woken waiter finds the bytes.
+            if (n && *n == 0) s.input_ended();
+            else if (n) s.input_received(*n);
+        }
         if (!n) {
             if (!is_cancellation(n.error())) s.receive_error = n.error();
             co_return n.error();
         }
-        if (*n == 0) s.input_ended();
-        else s.input_received(*n);
         co_return result<void>{};
     }
 
@@ -349,7 +404,8 @@ private:
     }
 
     Next m_next;
-    std::unique_ptr<detail::session> m_session;
+    /// Shared with the operations in flight (see read_some).
+    std::shared_ptr<detail::session> m_session;
     std::chrono::milliseconds m_handshake_timeout{0};
     std::chrono::milliseconds m_shutdown_timeout{0};
 };

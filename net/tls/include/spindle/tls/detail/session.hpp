@@ -48,11 +48,13 @@ public:
     /// outbound, so one send carries up to 32 KiB of plaintext.
     static constexpr std::size_t input_capacity = 16 * 1024;
     static constexpr std::size_t output_capacity = 2 * (16 * 1024 + 256) + 512;
+    /// The most plaintext one record carries.
+    static constexpr std::size_t record_plaintext = 16 * 1024;
 
     /// An engine for one connection of `ctx`'s side. A client checks the
     /// server's certificate against `server_name` (a host name or an IP
     /// address) and sends it as SNI (unless it is an address).
-    static result<std::unique_ptr<session>> make(const context& ctx, std::string_view server_name);
+    static result<std::shared_ptr<session>> make(const context& ctx, std::string_view server_name);
     ~session();
     session(const session&) = delete;
     session& operator=(const session&) = delete;
@@ -99,6 +101,9 @@ public:
     /// which later sends (receives) report too.
     std::error_code send_error;
     std::error_code receive_error;
+    /// The stream this engine belongs to is gone (destroyed, or moved over):
+    /// an operation finishing late must not touch it.
+    bool stream_gone = false;
 
     /// The protocol ALPN chose ("" without one).
     std::string_view alpn() const noexcept;
@@ -127,6 +132,9 @@ private:
     std::size_t m_in_end = 0;
     bool m_in_eof = false;
     bool m_peer_closed = false;
+    bool m_close_notify_queued = false;
+    /// A failure met after plaintext in the same read: reported by the next.
+    step m_deferred;
     std::unique_ptr<std::byte[]> m_out;
     std::size_t m_out_begin = 0;
     std::size_t m_out_end = 0;
