@@ -20,7 +20,6 @@ namespace {
 /// padding of any suite spoken); and room for a KeyUpdate OpenSSL may send
 /// ahead of the data.
 constexpr std::size_t record_overhead = 256;
-constexpr std::size_t record_plaintext = 16 * 1024;
 constexpr std::size_t key_update_room = 64;
 
 bool is_ip_address(const std::string& name) {
