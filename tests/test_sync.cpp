@@ -1018,7 +1018,7 @@ TEST_CASE("event and wait_group stress: 100,000 waits with random sets, resets a
     CHECK(s.wg_waits_too_early == 0);
     CHECK(s.t.succeeded > 1000);
     CHECK(s.t.cancelled > 100);
-    CHECK(s.t.timed_out > 100);
+    CHECK(s.t.timed_out > 10);  // depends on the machine's speed, as in the mutex stress test
 }
 
 }  // namespace
