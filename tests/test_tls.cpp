@@ -189,6 +189,27 @@ TEST_CASE("tls context: bad certificates, keys and files are clear errors", "[tl
         CHECK(tls::stream<net::memory_stream>::client(*server, std::move(a), "localhost").error() == tls::errc::wrong_context);
         CHECK(tls::stream<net::memory_stream>::server(*client, std::move(b)).error() == tls::errc::wrong_context);
     }
+    SECTION("options that do not fit together are named") {
+        tls::context_options key_alone;
+        key_alone.private_key_pem = pki.server.key;
+        CHECK(tls::context::client(key_alone).error() == tls::errc::certificate_without_key);
+        tls::context_options both = server_options();
+        both.certificate_file = "/nonexistent/spindle/cert.pem";
+        CHECK(tls::context::server(both).error() == tls::errc::file_and_pem);
+        tls::context_options no_ca = server_options();
+        no_ca.require_client_certificate = true;
+        CHECK(tls::context::server(no_ca).error() == tls::errc::client_certificate_without_ca);
+        tls::context_options versions = server_options();
+        versions.min_version = tls::version::tls1_3;
+        versions.max_version = tls::version::tls1_2;
+        CHECK(tls::context::server(versions).error() == tls::errc::no_version);
+        tls::context_options alpn = client_options();
+        alpn.alpn = {"http/1.1", ""};
+        result<tls::context> bad_alpn = tls::context::client(alpn);
+        REQUIRE_FALSE(bad_alpn.has_value());
+        CHECK(bad_alpn.error() == tls::errc::bad_alpn_name);
+        CHECK(bad_alpn.error().message() == "an ALPN protocol name must be 1 to 255 bytes");
+    }
     SECTION("a verifying client needs the server's name") {
         auto [a, b] = net::memory_stream::pair();
         CHECK(tls::stream<net::memory_stream>::client(make_client(), std::move(a), "").error() == tls::errc::server_name_required);

@@ -65,7 +65,7 @@ result<std::string> read_file(const std::string& path) {
 
 /// The PEM text of an option given as a file or in memory.
 result<std::string> pem_of(const std::string& file, const std::string& pem) {
-    if (!file.empty() && !pem.empty()) return make_error_code(std::errc::invalid_argument);
+    if (!file.empty() && !pem.empty()) return make_error_code(errc::file_and_pem);
     if (!file.empty()) return read_file(file);
     return pem;
 }
@@ -164,7 +164,7 @@ result<context> make_context(const context_options& o, bool server) {
     SSL_CTX* ctx = state->ctx;
     SSL_CTX_set_app_data(ctx, state.get());
 
-    if (o.min_version > o.max_version) return make_error_code(std::errc::invalid_argument);
+    if (o.min_version > o.max_version) return make_error_code(errc::no_version);
     if (SSL_CTX_set_min_proto_version(ctx, to_openssl(o.min_version)) != 1 ||
         SSL_CTX_set_max_proto_version(ctx, to_openssl(o.max_version)) != 1)
         return failed();
@@ -180,7 +180,7 @@ result<context> make_context(const context_options& o, bool server) {
     if (!cert) return cert.error();
     result<std::string> key = pem_of(o.private_key_file, o.private_key_pem);
     if (!key) return key.error();
-    if (cert->empty() != key->empty()) return make_error_code(std::errc::invalid_argument);
+    if (cert->empty() != key->empty()) return make_error_code(errc::certificate_without_key);
     if (!cert->empty()) {
         if (result<void> used = use_certificate_and_key(ctx, *cert, *key); !used) return used.error();
     } else if (server) {
@@ -199,7 +199,7 @@ result<context> make_context(const context_options& o, bool server) {
     }
 
     if (server) {
-        if (o.require_client_certificate && !trust_given) return make_error_code(std::errc::invalid_argument);
+        if (o.require_client_certificate && !trust_given) return make_error_code(errc::client_certificate_without_ca);
         int mode = SSL_VERIFY_NONE;
         if (o.require_client_certificate) mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
         else if (o.verify_peer && trust_given) mode = SSL_VERIFY_PEER;
@@ -236,7 +236,7 @@ result<context> make_context(const context_options& o, bool server) {
     }
 
     for (const std::string& protocol : o.alpn) {
-        if (protocol.empty() || protocol.size() > 255) return make_error_code(std::errc::invalid_argument);
+        if (protocol.empty() || protocol.size() > 255) return make_error_code(errc::bad_alpn_name);
         state->alpn_wire += static_cast<char>(protocol.size());
         state->alpn_wire += protocol;
     }

@@ -26,6 +26,12 @@ public:
             case errc::server_name_required:
                 return "a client that verifies its peer needs the server's name (or verify_peer = false)";
             case errc::wrong_context: return "the TLS context does not fit this use";
+            case errc::certificate_without_key: return "a certificate needs its private key, and a key its certificate";
+            case errc::file_and_pem: return "a certificate or key given both as a file and in memory";
+            case errc::client_certificate_without_ca:
+                return "require_client_certificate needs CAs (ca_files or ca_pem) to check client certificates against";
+            case errc::no_version: return "min_version is above max_version";
+            case errc::bad_alpn_name: return "an ALPN protocol name must be 1 to 255 bytes";
         }
         const auto code = static_cast<unsigned long>(value);
         const char* reason = ERR_reason_error_string(code);

@@ -33,6 +33,12 @@ enum class errc {
     /// The context cannot do what was asked of it: a server context without
     /// a certificate, a client stream made from a server context.
     wrong_context,
+    /// context_options that do not fit together, each named:
+    certificate_without_key,        ///< a certificate without its key, or a key alone
+    file_and_pem,                   ///< one of certificate, key given as a file and in memory
+    client_certificate_without_ca,  ///< require_client_certificate with no CA to check against
+    no_version,                     ///< min_version above max_version
+    bad_alpn_name,                  ///< an ALPN protocol name empty or over 255 bytes
 };
 
 const std::error_category& tls_category() noexcept;
