@@ -5,6 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <cerrno>
 #include <fstream>
@@ -85,12 +86,14 @@ result<void> use_certificate_and_key(SSL_CTX* ctx, const std::string& cert_pem, 
     bio_ptr certs = memory_bio(cert_pem);
     X509* leaf = PEM_read_bio_X509_AUX(certs.get(), nullptr, no_passphrase, nullptr);
     if (leaf == nullptr) return failed();
+    X509_check_purpose(leaf, -1, 0);  // its extension cache filled before threads share it (see add_trusted)
     const int used = SSL_CTX_use_certificate(ctx, leaf);
     X509_free(leaf);
     if (used != 1) return failed();
     // The rest of the file is the chain toward the root.
     SSL_CTX_clear_chain_certs(ctx);
     while (X509* link = PEM_read_bio_X509(certs.get(), nullptr, no_passphrase, nullptr)) {
+        X509_check_purpose(link, -1, 0);
         if (SSL_CTX_add0_chain_cert(ctx, link) != 1) {
             X509_free(link);
             return failed();
@@ -115,7 +118,12 @@ result<void> add_trusted(SSL_CTX* ctx, const std::string& pem) {
     int added = 0;
     for (int i = 0; i < sk_X509_INFO_num(infos); ++i) {
         X509_INFO* info = sk_X509_INFO_value(infos, i);
-        if (info->x509 != nullptr && X509_STORE_add_cert(store, info->x509) == 1) ++added;
+        if (info->x509 == nullptr) continue;
+        // OpenSSL caches a certificate's extensions on first use, writing
+        // into the shared certificate while another loop's thread may read
+        // them: fill the cache now, before any thread shares it.
+        X509_check_purpose(info->x509, -1, 0);
+        if (X509_STORE_add_cert(store, info->x509) == 1) ++added;
     }
     sk_X509_INFO_pop_free(infos, X509_INFO_free);
     if (added == 0) return failed();
