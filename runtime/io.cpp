@@ -22,7 +22,33 @@ namespace {
 
 constexpr std::size_t reactor_op_size = sizeof(reactor::operation);
 
+io_kind kind_of(reactor::op_code code) noexcept {
+    switch (code) {
+        case reactor::op_code::read:
+        case reactor::op_code::readv:
+        case reactor::op_code::recv:
+        case reactor::op_code::recvmsg: return io_kind::read;
+        case reactor::op_code::write:
+        case reactor::op_code::writev:
+        case reactor::op_code::send:
+        case reactor::op_code::sendmsg: return io_kind::write;
+        case reactor::op_code::accept: return io_kind::accept;
+        case reactor::op_code::connect: return io_kind::connect;
+        case reactor::op_code::poll: return io_kind::poll;
+    }
+    return io_kind::poll;
+}
+
+relaxed<std::int64_t>& in_flight(loop_core& core, const reactor::operation& op) noexcept {
+    return core.counters().io_in_flight[static_cast<std::size_t>(kind_of(op.code))];
+}
+
 void on_backend_complete(reactor::operation& op) noexcept {
+    // Completions arrive on the loop's thread, inside its poll or a cancel or
+    // close it makes: the running loop is the operation's. A persistent poll
+    // stays pending, and in flight.
+    if (!op.pending())
+        if (loop_core* core = current_core_or_null()) --in_flight(*core, op);
     io_access::notify(io_access::owner(op));
 }
 
@@ -68,7 +94,9 @@ static_assert(static_cast<int>(io_code::poll) == static_cast<int>(reactor::op_co
 bool submit_io(loop_core& core, io_op& o) noexcept {
     reactor::operation& op = io_access::op(o);
     try {
-        return core.backend().submit(op);
+        if (core.backend().submit(op)) return true;
+        ++in_flight(core, op);
+        return false;
     } catch (...) {
         op.state = reactor::op_state::done;
         op.result = error_of(std::current_exception());
@@ -82,6 +110,7 @@ void cancel_io(loop_core& core, io_op& o) noexcept {
 
 void forget_io(loop_core& core, io_op& o) noexcept {
     if (!o.pending()) return;
+    --in_flight(core, io_access::op(o));
     core.backend().forget(io_access::op(o));
 }
 

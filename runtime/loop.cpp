@@ -1,10 +1,12 @@
 // The loop: the tick, the ready queue, posts and the lives of tasks. The
 // loop's services live in files of their own: signals.cpp, watchers.cpp,
-// descriptors.cpp, task_dump.cpp; descriptor I/O in io.cpp.
+// descriptors.cpp, task_dump.cpp, metrics.cpp, stall_monitor.cpp; descriptor
+// I/O in io.cpp.
 
 #include "group_member.hpp"
 #include "loop_core.hpp"
 #include "signals.hpp"
+#include "stall_monitor.hpp"
 
 #include <spindle/log.hpp>
 #include <spindle/loop.hpp>
@@ -79,6 +81,7 @@ static_assert(static_cast<int>(reactor::backend_kind::io_uring) == static_cast<i
               static_cast<int>(reactor::backend_kind::automatic) == static_cast<int>(backend_kind::automatic));
 
 loop_core* current_core_or_null() noexcept { return t_current; }
+std::int64_t now_real_ns() noexcept { return steady_ns(); }
 
 task_header* current_task_or_null() noexcept { return t_current ? t_current->running_task() : nullptr; }
 
@@ -189,10 +192,19 @@ loop_core::loop_core(loop& owner, loop_options options)
     m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
-    m_recent_ns = m_virtual_ns = m_last_poll_real_ns = m_last_check_real_ns = steady_ns();
+    m_recent_ns = m_virtual_ns = m_last_poll_real_ns = steady_ns();
+    m_last_check_real_ns = m_last_poll_real_ns;
+    m_awake_since_ns = m_last_poll_real_ns;
+    if (m_options.stall_threshold > std::chrono::nanoseconds::zero()) {
+        watch_for_stalls(*this);
+        m_watched = true;
+    }
 }
 
-loop_core::~loop_core() { shutdown(); }
+loop_core::~loop_core() {
+    if (m_watched) unwatch_for_stalls(*this);
+    shutdown();
+}
 
 void loop_core::shutdown() noexcept {
     if (m_closing) return;
@@ -207,6 +219,7 @@ void loop_core::shutdown() noexcept {
         t->ready_hook().unlink();
         t->m_status = task_status::aborted;
         --m_task_count;
+        ++m_counters.tasks_finished;
         destroy_frame(*t);
         release_task(*t);
     }
@@ -234,7 +247,8 @@ signal_service& loop_core::signals() {
 
 void loop_core::register_task(task_header& t, std::coroutine_handle<> frame) {
     t.m_loop = this;
-    t.m_id = m_next_task_id++;
+    t.m_id = m_next_task_id;
+    ++m_next_task_id;
     t.m_frame = frame;
     t.m_resume = frame;
     m_all.push_back(t);
@@ -249,9 +263,12 @@ void loop_core::schedule(task_header& t) noexcept {
 }
 
 void loop_core::task_finished(task_header& t) noexcept {
+    if (&t == m_running.load()) note_task_ended(t);
     t.m_finish(t);  // takes the result and destroys the frame
     t.all_hook().unlink();
     --m_task_count;
+    ++m_counters.tasks_finished;
+    if (t.m_status == task_status::failed) ++m_counters.tasks_failed;
     if (t.m_status == task_status::failed && t.m_refs == 1) log_unobserved_failure(t);
     if (waiter* joiner = std::exchange(t.m_joiner, nullptr)) joiner->complete();
     release_task(t);
@@ -266,6 +283,7 @@ void loop_core::abort_task(task_header& t) {
     t.all_hook().unlink();
     t.m_status = task_status::aborted;
     --m_task_count;
+    ++m_counters.tasks_finished;
     // Keep the header alive while the frame's destructors run.
     ++t.m_refs;
     destroy_frame(t);
@@ -279,7 +297,7 @@ void loop_core::cancel_task(task_header& t) noexcept {
     t.m_cancel_requested = true;
     // A task parked on a wait that can be cancelled is woken now; one that is
     // ready or running meets the request at its next wait.
-    if (&t != m_running && t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait))
+    if (&t != m_running.load() && t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait))
         t.note_cancel_reached();
 }
 
@@ -292,15 +310,23 @@ void loop_core::run_until_done(const task_header& t) {
     check_thread();
     current_scope scope(this);
     const task_header* outer = std::exchange(m_awaited, &t);
+    m_awake_since_ns = steady_ns();
     try {
         while (t.m_status == task_status::running && !m_stop.load(std::memory_order_acquire))
             tick(std::chrono::nanoseconds(-1));
         m_stop.store(false, std::memory_order_relaxed);
     } catch (...) {
         m_awaited = outer;
+        leave_loop();
         throw;
     }
     m_awaited = outer;
+    leave_loop();
+}
+
+void loop_core::leave_loop() noexcept {
+    // Time outside run(), block_on() and run_once() is the host's, not busy.
+    m_counters.busy_ns.add(steady_ns() - m_awake_since_ns);
 }
 
 // --- running -----------------------------------------------------------------
@@ -313,18 +339,22 @@ bool loop_core::has_work() const noexcept {
 void loop_core::run() {
     check_thread();
     current_scope scope(this);
+    m_awake_since_ns = steady_ns();
     while (!m_stop.load(std::memory_order_acquire) && has_work()) tick(std::chrono::nanoseconds(-1));
     m_stop.store(false, std::memory_order_relaxed);
+    leave_loop();
 }
 
 void loop_core::stop() noexcept {
     m_stop.store(true, std::memory_order_release);
+    m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
     m_backend->wake();
 }
 
 bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
     check_thread();
     current_scope scope(this);
+    m_awake_since_ns = steady_ns();
     tick(max_wait);
     // Back to a host that may now block on native_handle(): what the tick
     // queued after its poll (a timer callback's watcher, say) must reach the
@@ -332,6 +362,7 @@ bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
     m_backend->flush();
     m_sleeping.store(true, std::memory_order_seq_cst);
     if (!m_posts.empty()) m_backend->wake();
+    leave_loop();
     return has_work();
 }
 
@@ -341,14 +372,18 @@ void loop_core::post(post_node* node) noexcept {
     m_in_flight.fetch_add(1, std::memory_order_acq_rel);
     m_posts.push(node);
     m_posted.fetch_add(1, std::memory_order_seq_cst);
-    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel))
+    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel)) {
+        m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
         m_backend->wake();
+    }
     m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 void loop_core::wake_if_sleeping() noexcept {
-    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel))
+    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel)) {
+        m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
         m_backend->wake();
+    }
 }
 
 void loop_core::hold_acquire() noexcept { m_holds.fetch_add(1, std::memory_order_acq_rel); }
@@ -358,6 +393,7 @@ void loop_core::hold_release() noexcept {
     // before wake() is called: the in-flight count makes ~loop wait for us.
     m_in_flight.fetch_add(1, std::memory_order_acq_rel);
     m_holds.fetch_sub(1, std::memory_order_acq_rel);
+    m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
     m_backend->wake();  // let run() see that the work may be over
     m_in_flight.fetch_sub(1, std::memory_order_release);
 }
@@ -375,20 +411,19 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     // 1. Swapping the queue out first is what keeps a task that yields in a
     //    loop from running twice in one tick and starving the others.
     m_batch.splice_back(m_ready);
-    // A loop may be driven from inside another's task: keep that task's budget.
-    const std::uint32_t outer_budget = t_budget;
-    const std::uint32_t full_budget = m_full_budget;
-    while (task_header* t = m_batch.pop_front()) {
-        m_running = t;
-        t_budget = full_budget;
-        t->m_resume.resume();  // `t` may be freed when this returns
-        if (--m_resumes_until_check == 0) [[unlikely]] {
-            m_running = nullptr;
-            check_poll_interval();
-        }
+    ++m_counters.ticks;
+    if (!m_batch.empty()) {
+        wake_stall_monitor_if_parked();
+        // A loop may be driven from inside another's task: keep that task's budget.
+        const std::uint32_t outer_budget = t_budget;
+        if (m_options.task_run_histogram) [[unlikely]]
+            resume_batch_timed();
+        else
+            resume_batch();
+        t_budget = outer_budget;
+    } else {
+        m_counters.ready_depth = 0;
     }
-    m_running = nullptr;
-    t_budget = outer_budget;
 
     // 2. Then the calls other loops of a group sent, and the doorbells of
     //    the loops this tick sent to (one each, however many calls).
@@ -423,11 +458,82 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     m_watchers.dispatch();
 
     // 4.
-    if (!m_timers.empty()) m_timers.fire_expired(clock_ns());
+    if (!m_timers.empty()) m_counters.timers_fired.add(m_timers.fire_expired(clock_ns()));
 
     // 5.
     if (m_ready.empty() && !m_idle.empty() && m_posted.load(std::memory_order_acquire) == m_posts_run)
         wake_idle_waiters();
+}
+
+void loop_core::resume_batch() noexcept {
+    const std::uint32_t full_budget = m_full_budget;
+    std::uint64_t resumed = 0;
+    while (task_header* t = m_batch.pop_front()) {
+        m_running = t;
+        t_budget = full_budget;
+        t->m_resume.resume();  // `t` may be freed when this returns
+        ++resumed;
+        // The stall monitor's finding, read where the resume it names ends.
+        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
+            on_stall_flag(t, m_resumes_until_check.load());
+        if (m_resumes_until_check.load() == 1) [[unlikely]] {
+            m_resumes_until_check = 0;
+            m_running = nullptr;
+            check_poll_interval();
+        } else {
+            --m_resumes_until_check;
+        }
+    }
+    m_running = nullptr;
+    m_counters.resumes.add(resumed);
+    m_counters.ready_depth = resumed;
+    if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
+}
+
+// The same, timing each resume (loop_options::task_run_histogram): two clock
+// reads per resume, so it is a loop of its own, chosen once per tick.
+void loop_core::resume_batch_timed() noexcept {
+    const std::uint32_t full_budget = m_full_budget;
+    std::uint64_t resumed = 0;
+    std::int64_t start = steady_ns();
+    while (task_header* t = m_batch.pop_front()) {
+        m_running = t;
+        t_budget = full_budget;
+        // Made before the resume: afterwards `t` may be freed.
+        if (!t->m_run_times) t->m_run_times = std::make_unique<run_time_histogram>();
+        run_time_histogram* own = t->m_run_times.get();
+        const std::uint64_t id = t->m_id;
+        t->m_resume.resume();
+        const std::int64_t end = steady_ns();
+        const std::int64_t ran = end - start;
+        start = end;
+        const std::size_t bucket = run_time_bucket(ran);
+        ++m_counters.run_counts[bucket];
+        m_counters.run_total_ns.add(ran);
+        if (ran > m_counters.run_max_ns.load()) m_counters.run_max_ns = ran;
+        // The task's own, unless it finished in this resume (and took its
+        // histogram with its header).
+        if (!(m_finished_probe == probe() && m_finished_id == id)) {
+            ++own->counts[bucket];
+            own->total += std::chrono::nanoseconds(ran);
+            own->max = std::max(own->max, std::chrono::nanoseconds(ran));
+        }
+        ++resumed;
+        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
+            on_stall_flag(t, m_resumes_until_check.load());
+        if (m_resumes_until_check.load() == 1) [[unlikely]] {
+            m_resumes_until_check = 0;
+            m_running = nullptr;
+            check_poll_interval();
+            start = steady_ns();
+        } else {
+            --m_resumes_until_check;
+        }
+    }
+    m_running = nullptr;
+    m_counters.resumes.add(resumed);
+    m_counters.ready_depth = resumed;
+    if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
 }
 
 std::chrono::nanoseconds loop_core::poll_timeout(std::chrono::nanoseconds max_wait) {
@@ -493,11 +599,23 @@ int loop_core::poll_os(std::chrono::nanoseconds timeout) {
         m_sleeping.store(true, std::memory_order_seq_cst);
         if (!m_posts.empty() || (m_member && m_member->has_mail())) timeout = std::chrono::nanoseconds::zero();
     }
+    // A poll that may block is timed, so busy and waiting time add up; one
+    // that cannot costs no extra clock read.
+    const bool may_block = timeout != std::chrono::nanoseconds::zero();
+    const std::int64_t before = may_block ? steady_ns() : 0;
     const int completed = m_backend->poll(timeout);
     m_sleeping.store(false, std::memory_order_relaxed);
     m_wake_sent.store(false, std::memory_order_relaxed);
     // The one clock read a poll costs; parked tasks are stamped with it.
     const std::int64_t now = steady_ns();
+    ++m_counters.polls;
+    if (completed > 0) m_counters.completions.add(static_cast<std::uint64_t>(completed));
+    if (may_block) {
+        ++m_counters.sleeps;
+        m_counters.busy_ns.add(before - m_awake_since_ns);
+        m_counters.wait_ns.add(now - before);
+        m_awake_since_ns = now;
+    }
     m_recent_ns = m_options.virtual_time ? m_virtual_ns : now;
     m_last_poll_real_ns = m_last_check_real_ns = now;
     plan_next_check(m_poll_interval_ns);
@@ -509,7 +627,7 @@ void loop_core::check_poll_interval() {
     // How long a resume takes: a longer one counts at once, shorter ones
     // lower the estimate slowly, so that a few short resumes among long ones
     // do not stretch the next check over many long ones.
-    const std::int64_t per_resume = (now - m_last_check_real_ns) / m_check_span;
+    const std::int64_t per_resume = (now - m_last_check_real_ns.load()) / m_check_span;
     m_resume_ns = per_resume > m_resume_ns ? per_resume : (3 * m_resume_ns + per_resume) / 4;
     m_last_check_real_ns = now;
     const std::int64_t since_poll = now - m_last_poll_real_ns;

@@ -3,6 +3,8 @@
 // the backend, with the loop's services (signals, watchers) beside it. Private
 // to the runtime: applications see loop.hpp, awaiters detail/engine.hpp.
 
+#include "loop_metrics.hpp"
+#include "relaxed.hpp"
 #include "timer_queue.hpp"
 #include "watchers.hpp"
 
@@ -39,6 +41,7 @@ public:
     reactor::backend& backend() noexcept { return *m_backend; }
     const reactor::backend& backend() const noexcept { return *m_backend; }
     timer_queue& timers() noexcept { return m_timers; }
+    const timer_queue& timers() const noexcept { return m_timers; }
     const loop_options& options() const noexcept { return m_options; }
     watcher_registry& watchers() noexcept { return m_watchers; }
     signal_service& signals();
@@ -50,10 +53,16 @@ public:
     void abort_task(task_header& t);
     void cancel_task(task_header& t) noexcept;
     task_header* running_task() const noexcept { return m_running; }
-    task_header* exchange_running(task_header* t) noexcept { return std::exchange(m_running, t); }
+    task_header* exchange_running(task_header* t) noexcept {
+        task_header* previous = m_running;
+        m_running = t;
+        return previous;
+    }
     /// A task's budget at the start of each turn (loop_options::task_budget).
     std::uint32_t full_budget() const noexcept { return m_full_budget; }
     std::size_t task_count() const noexcept { return m_task_count; }
+    std::uint64_t tasks_spawned() const noexcept { return m_next_task_id.load() - 1; }
+    std::uint64_t posts_run() const noexcept { return m_posts_run.load(); }
     const intrusive_list<task_header, all_tag>& all_tasks() const noexcept { return m_all; }
     void add_idle_waiter(idle_wait& w) noexcept { m_idle.push_back(w); }
 
@@ -86,6 +95,25 @@ public:
 
     void close_fd(int fd) noexcept;
 
+    // --- metrics (runtime/metrics.cpp) and the stall monitor (stall_monitor.cpp)
+    loop_counters& counters() noexcept { return m_counters; }
+    const loop_counters& counters() const noexcept { return m_counters; }
+    /// Time awake not yet added to busy_ns (the loop thread only).
+    std::int64_t awake_since_ns() const noexcept { return m_awake_since_ns; }
+    /// Which resume is running, for the stall monitor: the pair changes with
+    /// every resume, and `running` is false between resumes.
+    struct resume_probe {
+        bool running = false;
+        std::int64_t epoch = 0;
+        unsigned countdown = 0;
+        bool operator==(const resume_probe&) const = default;
+    };
+    resume_probe probe() const noexcept {
+        return {m_running.load() != nullptr, m_last_check_real_ns.load(), m_resumes_until_check.load()};
+    }
+    /// The monitor saw `probe`'s resume run since `since_ns` (any thread).
+    void flag_stall(const resume_probe& probe, std::int64_t since_ns) noexcept;
+
 private:
     void tick(std::chrono::nanoseconds max_wait);
     void check_thread() const;
@@ -97,6 +125,12 @@ private:
     void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
     void wake_idle_waiters() noexcept;
     void destroy_frame(task_header& t) noexcept;
+    void resume_batch() noexcept;
+    void resume_batch_timed() noexcept;
+    void on_stall_flag(task_header* t, unsigned countdown, bool finishing = false) noexcept;
+    void report_stall(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept;
+    void note_task_ended(task_header& t) noexcept;
+    void leave_loop() noexcept;
     std::chrono::nanoseconds poll_timeout(std::chrono::nanoseconds max_wait);
 
     loop& m_owner;
@@ -106,19 +140,19 @@ private:
     intrusive_list<task_header, ready_tag> m_ready;
     intrusive_list<task_header, ready_tag> m_batch;
     intrusive_list<task_header, all_tag> m_all;
-    task_header* m_running = nullptr;
+    relaxed<task_header*> m_running{nullptr};  // read by the stall monitor
     std::uint32_t m_full_budget = 0;
     const task_header* m_awaited = nullptr;  // block_on's task
-    std::size_t m_task_count = 0;
-    std::uint64_t m_next_task_id = 1;
+    relaxed<std::size_t> m_task_count{0};
+    relaxed<std::uint64_t> m_next_task_id{1};
     std::int64_t m_recent_ns = 0;   // the clock at the last poll
     std::int64_t m_virtual_ns = 0;  // virtual_time: the loop's clock
     // The poll interval, on the real clock even under virtual time.
     std::int64_t m_poll_interval_ns = 0;
     std::int64_t m_last_poll_real_ns = 0;   // when the OS was last looked at
-    std::int64_t m_last_check_real_ns = 0;  // when the clock was last read for it
+    relaxed<std::int64_t> m_last_check_real_ns{0};  // when the clock was last read for it
     std::int64_t m_resume_ns = 0;           // a resume's duration, smoothed
-    unsigned m_resumes_until_check = 1;
+    relaxed<unsigned> m_resumes_until_check{1};
     unsigned m_check_span = 1;              // resumes between the last two clock reads
     bool m_polled_in_batch = false;
     // loop_options::single_thread: the only thread that may run the loop.
@@ -128,7 +162,7 @@ private:
     // Posts: pushed by any thread.
     post_queue m_posts;
     std::atomic<std::uint64_t> m_posted{0};
-    std::uint64_t m_posts_run = 0;
+    relaxed<std::uint64_t> m_posts_run{0};
     std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
     std::atomic<bool> m_wake_sent{false};
     std::atomic<bool> m_stop{false};
@@ -140,6 +174,19 @@ private:
     intrusive_list<idle_wait> m_idle;
     std::unique_ptr<signal_service> m_signals;  // made on the first wait for a signal
     group_member* m_member = nullptr;           // in a loop_group: its mail
+
+    loop_counters m_counters;
+    std::int64_t m_awake_since_ns = 0;  // busy time starts here
+    // The stall monitor's finding: which resume, since when; then the flag.
+    std::atomic<bool> m_stall_flag{false};
+    std::atomic<std::int64_t> m_stall_epoch{0};
+    std::atomic<unsigned> m_stall_countdown{0};
+    std::atomic<std::int64_t> m_stall_since_ns{0};
+    // The resume in which a task last finished, and its id: after that
+    // resume its header may be gone.
+    resume_probe m_finished_probe;
+    std::uint64_t m_finished_id = 0;
+    bool m_watched = false;  // registered with the stall monitor
 };
 
 /// Logs the exception in flight from a callback (a post, a timer, a watcher):
@@ -148,6 +195,8 @@ void log_callback_failure(const char* what) noexcept;
 
 /// The loop running a tick on this thread, or null.
 loop_core* current_core_or_null() noexcept;
+/// The steady clock (ns), whatever the loop's own clock.
+std::int64_t now_real_ns() noexcept;
 
 /// Loops alive in the process (runtime/descriptors.cpp), so a descriptor that
 /// outlived its loop is closed plainly instead of through a dangling loop.

@@ -21,6 +21,11 @@ std::vector<task_info> loop::tasks() const {
         task_info info;
         info.id = t.m_id;
         info.name = t.m_name;
+        info.frame_size = t.m_frame_size;
+        if (t.m_run_times) {
+            info.has_run_times = true;
+            info.run_times = *t.m_run_times;
+        }
         if (&t == core.running_task()) {
             info.state = task_info::state_kind::running;
         } else if (t.m_wait_info && !t.ready_hook().is_linked()) {
@@ -37,6 +42,16 @@ std::vector<task_info> loop::tasks() const {
     return out;
 }
 
+namespace {
+
+std::string format_duration(std::chrono::nanoseconds d) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+    if (us < 10'000) return std::to_string(us) + " us";
+    return std::to_string(us / 1000) + " ms";
+}
+
+}  // namespace
+
 std::string loop::dump_tasks() const {
     std::string text;
     std::vector<task_info> all = tasks();
@@ -45,14 +60,23 @@ std::string loop::dump_tasks() const {
         text += "  task " + std::to_string(t.id);
         if (!t.name.empty()) text += " '" + t.name + "'";
         switch (t.state) {
-            case task_info::state_kind::running: text += ": running\n"; break;
-            case task_info::state_kind::ready: text += ": ready\n"; break;
+            case task_info::state_kind::running: text += ": running"; break;
+            case task_info::state_kind::ready: text += ": ready"; break;
             case task_info::state_kind::parked: {
                 const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.parked_for).count();
-                text += ": waiting on " + t.waiting_on + " for " + std::to_string(ms) + " ms\n";
+                text += ": waiting on " + t.waiting_on + " for " + std::to_string(ms) + " ms";
                 break;
             }
         }
+        // With run times on (for finding slow tasks): how often and how long
+        // it ran, and what its frame holds.
+        if (options().task_run_histogram) {
+            std::uint64_t resumes = 0;
+            for (auto c : t.run_times.counts) resumes += c;
+            text += "; frame " + std::to_string(t.frame_size) + " B, resumed " + std::to_string(resumes) + " times, " +
+                    format_duration(t.run_times.total) + " in all, at most " + format_duration(t.run_times.max);
+        }
+        text += '\n';
     }
     return text;
 }

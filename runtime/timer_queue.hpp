@@ -15,6 +15,8 @@
 // or by a purge once dead entries outnumber live ones. Nothing here is ever
 // written back into a timer but its slot.
 
+#include "relaxed.hpp"
+
 #include <spindle/detail/timer_node.hpp>
 
 #include <array>
@@ -83,7 +85,7 @@ private:
     std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
     std::vector<std::uint32_t> m_free_slots;
     std::uint32_t m_seq = 0;
-    std::size_t m_live = 0;
+    relaxed<std::size_t> m_live{0};  // read by metrics() on any thread
     std::size_t m_dead = 0;  // cancelled entries still queued
 };
 

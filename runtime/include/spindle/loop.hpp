@@ -7,6 +7,7 @@
 #include <spindle/detail/post_queue.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/join_handle.hpp>
+#include <spindle/metrics.hpp>
 #include <spindle/task.hpp>
 
 #include <chrono>
@@ -66,6 +67,17 @@ struct loop_options {
     /// (docs/multicore.md). Running such a loop on another thread throws
     /// std::logic_error, and native_handle() is not for a host's poller.
     bool single_thread = false;
+    /// A resume that runs longer than this (a task that computes or blocks
+    /// without suspending, holding up every other task of the loop) is logged
+    /// once as a warning through the `spindle` logger, naming the task, and
+    /// counted in loop_metrics::stalls. Zero: not watched. Watching costs no
+    /// clock read per resume: a monitor thread looks at the loops' progress
+    /// (docs/observability.md).
+    std::chrono::nanoseconds stall_threshold = std::chrono::milliseconds(25);
+    /// Times every resume (two clock reads each) into a histogram per task,
+    /// shown by tasks() and dump_tasks(), and one per loop in metrics():
+    /// for finding slow tasks. Off by default.
+    bool task_run_histogram = false;
 };
 
 /// One task, as the dump of a loop's tasks shows it.
@@ -77,6 +89,11 @@ struct task_info {
     std::string waiting_on;
     /// How long it has been parked (as of the loop's last look at the clock).
     std::chrono::nanoseconds parked_for{0};
+    /// The size of the task's outermost coroutine frame, in bytes.
+    std::size_t frame_size = 0;
+    /// With loop_options::task_run_histogram: how long its resumes took.
+    bool has_run_times = false;
+    run_time_histogram run_times;
 };
 
 namespace detail {
@@ -137,6 +154,9 @@ public:
     std::optional<std::chrono::nanoseconds> time_to_next_deadline();
 
     bool has_work() const noexcept;
+    /// A snapshot of the loop's counters and gauges. Any thread, any time;
+    /// resets ready_depth_max.
+    [[nodiscard]] loop_metrics metrics() const noexcept;
     std::size_t task_count() const noexcept;
     /// Timers armed now (sleeps, deadlines, periodic timers).
     std::size_t timer_count() const noexcept;
@@ -197,6 +217,7 @@ join_handle<T> loop::spawn(task<T> t, std::string name) {
     header->m_refs = 2;  // the loop, while it runs, and the join handle
     auto frame = t.release();
     frame.promise().m_root = header;
+    header->m_frame_size = frame.promise().m_frame_size;
     detail::register_task(*m_core, *header, frame);
     return join_handle<T>(header);
 }

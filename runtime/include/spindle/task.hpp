@@ -7,6 +7,7 @@
 #include <spindle/detail/task_header.hpp>
 
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <stdexcept>
@@ -20,12 +21,17 @@ class task;
 
 namespace detail {
 
+/// The size of the frame allocated last on this thread: a promise is built
+/// right after its frame's allocation, and keeps it for the task dump.
+constinit inline thread_local std::uint32_t t_frame_size = 0;
+
 struct promise_base {
     /// Who awaits this task; empty for a spawned task's outermost frame.
     std::coroutine_handle<> m_continuation;
     /// Set on a spawned task's outermost frame only.
     task_header* m_root = nullptr;
     std::exception_ptr m_error;
+    std::uint32_t m_frame_size = t_frame_size;
 
     struct final_awaiter {
         bool await_ready() const noexcept { return false; }
@@ -43,7 +49,10 @@ struct promise_base {
 
     // Frames come from a per-thread pool: spawning at a high rate would
     // otherwise be dominated by malloc and free.
-    static void* operator new(std::size_t size) { return frame_pool::allocate(size); }
+    static void* operator new(std::size_t size) {
+        t_frame_size = static_cast<std::uint32_t>(size);
+        return frame_pool::allocate(size);
+    }
     static void operator delete(void* p, std::size_t size) noexcept { frame_pool::deallocate(p, size); }
 
     std::suspend_always initial_suspend() const noexcept { return {}; }

@@ -4,10 +4,12 @@
 // task finishes or is aborted; its result waits here).
 
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/metrics.hpp>
 
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 
 namespace spindle {
@@ -61,6 +63,8 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     std::uint64_t m_id = 0;
     /// One for the loop while the task runs, one for a live join handle.
     std::uint32_t m_refs = 0;
+    /// The outermost frame's size (bytes), for the dump.
+    std::uint32_t m_frame_size = 0;
     task_status m_status = task_status::running;
     /// Its failure reached someone through the join handle.
     bool m_observed = false;
@@ -81,6 +85,9 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     const wait_info* m_wait_info = nullptr;
     void* m_wait = nullptr;
     std::int64_t m_parked_at = 0;
+    /// loop_options::task_run_histogram: this task's resume durations, made
+    /// on its first timed resume.
+    std::unique_ptr<run_time_histogram> m_run_times;
 
     /// A wait that parks now must be cancelled at once.
     bool cancel_pending() const noexcept {

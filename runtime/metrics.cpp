@@ -1,0 +1,71 @@
+// loop::metrics(): a snapshot of the counters and gauges the loop keeps as it
+// runs (loop_metrics.hpp). Read from any thread, without stopping the loop:
+// each value is exact as of some moment of the last few ticks, and counters
+// never go back.
+
+#include "loop_core.hpp"
+
+#include <spindle/loop.hpp>
+#include <spindle/metrics.hpp>
+
+#include <algorithm>
+
+namespace spindle {
+
+std::string_view to_string(io_kind kind) noexcept {
+    switch (kind) {
+        case io_kind::read: return "read";
+        case io_kind::write: return "write";
+        case io_kind::accept: return "accept";
+        case io_kind::connect: return "connect";
+        case io_kind::poll: return "poll";
+    }
+    return "unknown";
+}
+
+loop_metrics loop::metrics() const noexcept {
+    const detail::loop_core& core = *m_core;
+    const detail::loop_counters& c = core.counters();
+    loop_metrics m;
+    m.ticks = c.ticks;
+    std::int64_t busy = c.busy_ns;
+    // Asked from a task of this loop: the time awake so far counts too.
+    if (detail::current_core_or_null() == &core) busy += detail::now_real_ns() - core.awake_since_ns();
+    m.busy_time = std::chrono::nanoseconds(busy);
+    m.wait_time = std::chrono::nanoseconds(c.wait_ns.load());
+    m.tasks_spawned = core.tasks_spawned();
+    m.tasks_finished = c.tasks_finished;
+    m.tasks_failed = c.tasks_failed;
+    m.resumes = c.resumes;
+    m.polls = c.polls;
+    m.sleeps = c.sleeps;
+    m.completions = c.completions;
+    m.timers_fired = c.timers_fired;
+    m.posts = core.posts_run();
+    m.remote_wakeups = c.remote_wakeups.load(std::memory_order_relaxed);
+    m.accept_backoffs = c.accept_backoffs;
+    m.stalls = c.stalls;
+    m.tasks_alive = core.task_count();
+    m.ready_depth = c.ready_depth;
+    m.ready_depth_max = std::max(c.ready_depth_max.exchange(m.ready_depth), m.ready_depth);
+    for (std::size_t k = 0; k < io_kind_count; ++k)
+        m.io_in_flight[k] = static_cast<std::uint64_t>(std::max<std::int64_t>(0, c.io_in_flight[k]));
+    m.timers_pending = core.timers().size();
+    if (core.options().task_run_histogram) {
+        m.has_run_times = true;
+        for (std::size_t b = 0; b < run_time_buckets; ++b) m.run_times.counts[b] = c.run_counts[b];
+        m.run_times.total = std::chrono::nanoseconds(c.run_total_ns.load());
+        m.run_times.max = std::chrono::nanoseconds(c.run_max_ns.load());
+    }
+    return m;
+}
+
+namespace detail {
+
+void count_accept_backoff() noexcept {
+    if (loop_core* core = current_core_or_null()) ++core->counters().accept_backoffs;
+}
+
+}  // namespace detail
+
+}  // namespace spindle

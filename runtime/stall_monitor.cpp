@@ -1,0 +1,184 @@
+// The stall monitor's thread (see stall_monitor.hpp). It samples each watched
+// loop every quarter of the smallest threshold: a resume seen running with
+// the same probe for a whole threshold is flagged, so any resume longer than
+// 1.25 thresholds is caught, and none shorter than one threshold is.
+
+#include "stall_monitor.hpp"
+
+#include "loop_core.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace spindle::detail {
+
+namespace {
+
+std::int64_t steady_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+class stall_monitor {
+public:
+    static stall_monitor& instance() {
+        // Never destroyed: its thread outlives main's return, parked.
+        static stall_monitor* monitor = new stall_monitor();
+        return *monitor;
+    }
+
+    void watch(loop_core& core) {
+        std::lock_guard lock(m_mutex);
+        m_loops.push_back({&core, core.options().stall_threshold.count(), {}, 0, false});
+        if (!m_thread_started) {
+            std::thread([this] { run(); }).detach();
+            m_thread_started = true;
+        }
+        m_wake = true;
+        m_cv.notify_one();
+    }
+
+    void unwatch(loop_core& core) noexcept {
+        std::lock_guard lock(m_mutex);
+        std::erase_if(m_loops, [&](const watched& w) { return w.core == &core; });
+    }
+
+    void wake() noexcept {
+        std::lock_guard lock(m_mutex);
+        m_wake = true;
+        g_stall_monitor_parked.store(false, std::memory_order_relaxed);
+        m_cv.notify_one();
+    }
+
+private:
+    struct watched {
+        loop_core* core;
+        std::int64_t threshold_ns;
+        loop_core::resume_probe last;
+        std::int64_t first_seen_ns;  // when `last` was first seen
+        bool flagged;
+    };
+
+    void run() {
+        std::unique_lock lock(m_mutex);
+        int quiet_rounds = 0;
+        while (true) {
+            if (m_loops.empty() || quiet_rounds >= 2) {
+                // Every loop sleeps (or none is watched): so does the monitor,
+                // until a loop starts resuming tasks again.
+                g_stall_monitor_parked.store(true, std::memory_order_relaxed);
+                m_cv.wait(lock, [&] { return m_wake; });
+                quiet_rounds = 0;
+            }
+            m_wake = false;
+            std::int64_t period = std::numeric_limits<std::int64_t>::max();
+            for (const watched& w : m_loops) period = std::min(period, w.threshold_ns / 4);
+            period = std::max<std::int64_t>(period, 1'000'000);
+            m_cv.wait_for(lock, std::chrono::nanoseconds(period), [&] { return m_wake; });
+            const std::int64_t now = steady_ns();
+            bool all_quiet = true;
+            for (watched& w : m_loops) {
+                const loop_core::resume_probe p = w.core->probe();
+                if (p != w.last) {
+                    w.last = p;
+                    w.first_seen_ns = now;
+                    w.flagged = false;
+                    all_quiet = false;
+                    continue;
+                }
+                if (!p.running) continue;  // asleep or between resumes, unchanged: quiet
+                all_quiet = false;
+                if (!w.flagged && now - w.first_seen_ns >= w.threshold_ns) {
+                    w.core->flag_stall(p, w.first_seen_ns);
+                    w.flagged = true;
+                }
+            }
+            quiet_rounds = all_quiet ? quiet_rounds + 1 : 0;
+        }
+    }
+
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    std::vector<watched> m_loops;
+    bool m_wake = false;
+    bool m_thread_started = false;
+};
+
+}  // namespace
+
+void watch_for_stalls(loop_core& core) { stall_monitor::instance().watch(core); }
+void unwatch_for_stalls(loop_core& core) noexcept { stall_monitor::instance().unwatch(core); }
+void wake_stall_monitor() noexcept { stall_monitor::instance().wake(); }
+
+}  // namespace spindle::detail
+
+// --- the loop's side: the finding, named and logged on the loop's thread -----
+
+#include <spindle/log.hpp>
+
+namespace spindle::detail {
+
+void loop_core::flag_stall(const resume_probe& probe, std::int64_t since_ns) noexcept {
+    m_stall_epoch.store(probe.epoch, std::memory_order_relaxed);
+    m_stall_countdown.store(probe.countdown, std::memory_order_relaxed);
+    m_stall_since_ns.store(since_ns, std::memory_order_relaxed);
+    m_stall_flag.store(true, std::memory_order_release);
+}
+
+void loop_core::note_task_ended(task_header& t) noexcept {
+    // The task finishes inside its own resume: after it, `t` may be freed.
+    m_finished_probe = probe();
+    m_finished_id = t.m_id;
+    if (m_stall_flag.load(std::memory_order_relaxed)) on_stall_flag(&t, m_resumes_until_check.load(), true);
+}
+
+void loop_core::on_stall_flag(task_header* t, unsigned countdown, bool finishing) noexcept {
+    if (!m_stall_flag.exchange(false, std::memory_order_acquire)) return;
+    const std::int64_t since = m_stall_since_ns.load(std::memory_order_relaxed);
+    ++m_counters.stalls;
+    const bool this_resume = m_stall_epoch.load(std::memory_order_relaxed) == m_last_check_real_ns.load() &&
+                             m_stall_countdown.load(std::memory_order_relaxed) == countdown;
+    if (!this_resume) {
+        // The resume it names ended just as the monitor looked: its task is
+        // no longer known here.
+        report_stall(nullptr, false, 0, since);
+    } else if (finishing) {
+        report_stall(t, true, t->m_id, since);
+    } else if (m_finished_probe == probe()) {
+        // The task finished in this resume, and its header may be gone.
+        report_stall(nullptr, true, m_finished_id, since);
+    } else {
+        report_stall(t, false, t->m_id, since);
+    }
+}
+
+void loop_core::report_stall(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept {
+    try {
+        const std::int64_t ms = (now_real_ns() - since_ns) / 1'000'000;
+        if (id == 0) {
+            logger()->warn("stall: a task ran at least {} ms without suspending, holding up its loop", ms);
+            return;
+        }
+        std::string who = "task " + std::to_string(id);
+        if (t && !t->m_name.empty()) who += " '" + t->m_name + "'";
+        std::string then;
+        if (finished) {
+            then = "then finished";
+        } else if (t && t->m_wait_info && !t->ready_hook().is_linked()) {
+            then = "last suspended on ";
+            t->m_wait_info->describe(t->m_wait, then);
+        } else {
+            then = "then yielded";
+        }
+        logger()->warn("stall: {} ran at least {} ms without suspending, holding up its loop; {}", who, ms, then);
+    } catch (...) {
+        // Logging must never take the loop down.
+    }
+}
+
+}  // namespace spindle::detail
