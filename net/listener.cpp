@@ -62,6 +62,7 @@ task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token to
         // the waiting connections meanwhile.
         if (!starved) logger()->warn("accept on fd {}: {}; retrying with back-off", listen_fd, fd.error().message());
         starved = true;
+        spindle::detail::count_accept_backoff();
         // The back-off is a wait for writability on the listening socket, which
         // never becomes writable: closing the listener cancels it at once, as it
         // cancels a pending accept. After a plain sleep we would call accept on

@@ -66,6 +66,7 @@ struct child_report {
     int warnings = 0;        // starts of starvation logged
     int recoveries = 0;      // and ends
     bool emfile_named = false;  // the warning names the cause
+    std::uint64_t backoffs = 0;  // loop_metrics::accept_backoffs
 };
 
 enum child_exit : int { child_ok = 0, child_setup_failed = 2, child_limit_failed = 3, child_threw = 4, child_bad_command = 5 };
@@ -152,6 +153,7 @@ task<int> commands(int in, int out, server_state& st, child_report& report, cons
                     if (line.find("recovered") != std::string::npos) ++report.recoveries;
                 }
                 report.emfile_named = logs.contains(std::error_code(EMFILE, std::system_category()).message());
+                report.backoffs = spindle::loop::current().metrics().accept_backoffs;
                 if (!send_report(out, report)) co_return child_setup_failed;
                 co_return child_ok;
             default: co_return child_bad_command;
@@ -488,6 +490,11 @@ TEST_CASE("accept under EMFILE: the server keeps serving, does not spin, and acc
     CHECK(report.warnings == 2);
     CHECK(report.recoveries == 1);
     CHECK(report.emfile_named);
+    // Each retry counted: several over the second of starvation, with the
+    // back-off doubling up to 100 ms, and nowhere near a spin's count.
+    CAPTURE(report.backoffs);
+    CHECK(report.backoffs >= 4);
+    CHECK(report.backoffs <= 1000);
     c.clear();
     commands_out.reset();
     CHECK(child.wait_exit(10s) == child_ok);
