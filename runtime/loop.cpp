@@ -93,9 +93,9 @@ loop_core& current_core() {
 }
 
 task_header& current_task() {
-    if (!t_current || !t_current->running_task())
-        throw std::logic_error("spindle: this awaitable must be awaited inside a task run by a loop");
-    return *t_current->running_task();
+    task_header* t = t_current ? t_current->running_task() : nullptr;
+    if (!t) throw std::logic_error("spindle: this awaitable must be awaited inside a task run by a loop");
+    return *t;
 }
 
 loop_core& core_of(const task_header& task) noexcept { return *task.m_loop; }
@@ -247,8 +247,9 @@ signal_service& loop_core::signals() {
 
 void loop_core::register_task(task_header& t, std::coroutine_handle<> frame) {
     t.m_loop = this;
-    t.m_id = m_next_task_id;
-    ++m_next_task_id;
+    const std::uint64_t id = m_next_task_id;
+    t.m_id = id;
+    m_next_task_id = id + 1;
     t.m_frame = frame;
     t.m_resume = frame;
     m_all.push_back(t);
@@ -263,6 +264,7 @@ void loop_core::schedule(task_header& t) noexcept {
 }
 
 void loop_core::task_finished(task_header& t) noexcept {
+    // Finished inside its own resume: the tick must not touch `t` after it.
     if (&t == m_running.load()) note_task_ended(t);
     t.m_finish(t);  // takes the result and destroys the frame
     t.all_hook().unlink();
@@ -310,7 +312,7 @@ void loop_core::run_until_done(const task_header& t) {
     check_thread();
     current_scope scope(this);
     const task_header* outer = std::exchange(m_awaited, &t);
-    m_awake_since_ns = steady_ns();
+    enter_loop();
     try {
         while (t.m_status == task_status::running && !m_stop.load(std::memory_order_acquire))
             tick(std::chrono::nanoseconds(-1));
@@ -322,6 +324,11 @@ void loop_core::run_until_done(const task_header& t) {
     }
     m_awaited = outer;
     leave_loop();
+}
+
+void loop_core::enter_loop() noexcept {
+    m_awake_since_ns = steady_ns();
+    wake_stall_monitor_if_parked();
 }
 
 void loop_core::leave_loop() noexcept {
@@ -339,7 +346,7 @@ bool loop_core::has_work() const noexcept {
 void loop_core::run() {
     check_thread();
     current_scope scope(this);
-    m_awake_since_ns = steady_ns();
+    enter_loop();
     while (!m_stop.load(std::memory_order_acquire) && has_work()) tick(std::chrono::nanoseconds(-1));
     m_stop.store(false, std::memory_order_relaxed);
     leave_loop();
@@ -354,7 +361,7 @@ void loop_core::stop() noexcept {
 bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
     check_thread();
     current_scope scope(this);
-    m_awake_since_ns = steady_ns();
+    enter_loop();
     tick(max_wait);
     // Back to a host that may now block on native_handle(): what the tick
     // queued after its poll (a timer callback's watcher, say) must reach the
@@ -398,6 +405,51 @@ void loop_core::hold_release() noexcept {
     m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
+// Resumes the tasks of m_batch, each once. Timed (loop_options::
+// task_run_histogram): two clock reads per resume, so it is an instance of
+// its own, chosen once per tick.
+template <bool Timed>
+inline void loop_core::resume_batch() noexcept {
+    const std::uint32_t full_budget = m_full_budget;
+    std::uint64_t resumed = 0;
+    [[maybe_unused]] std::int64_t start = Timed ? steady_ns() : 0;
+    while (task_header* t = m_batch.pop_front()) {
+        m_running = t;
+        t_budget = full_budget;
+        if constexpr (Timed) {
+            if (!t->m_run_times) t->m_run_times = std::make_unique<run_time_histogram>();
+            run_time_histogram* own = t->m_run_times.get();
+            t->m_resume.resume();
+            const std::int64_t end = steady_ns();
+            // The task's own histogram went with its header if it finished
+            // (task_finished clears m_running).
+            record_run_time(m_running.load() ? own : nullptr, end - start);
+            start = end;
+        } else {
+            t->m_resume.resume();  // `t` may be freed when this returns
+        }
+        ++resumed;
+        // Zero: the stall monitor flagged this resume (flag_stall), which
+        // costs nothing here: the countdown is read after every resume anyway.
+        const unsigned countdown = m_resumes_until_check;
+        if (countdown <= 1) [[unlikely]] {
+            // The monitor's zero follows its finding (a release exchange).
+            if (countdown == 0) std::atomic_thread_fence(std::memory_order_acquire);
+            if (m_stall_flag.load(std::memory_order_relaxed)) on_stall_flag(m_running.load() ? t : nullptr, countdown);
+            m_resumes_until_check = 0;
+            m_running = nullptr;
+            check_poll_interval();
+            if constexpr (Timed) start = steady_ns();
+        } else {
+            m_resumes_until_check = countdown - 1;
+        }
+    }
+    m_running = nullptr;
+    m_counters.resumes.add(resumed);
+    m_counters.ready_depth = resumed;
+    if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
+}
+
 // A tick, in order (docs/architecture.md):
 //  1. resume each task that was ready when the tick began, exactly once;
 //  2. run posted callbacks (immediate work, before any timer);
@@ -412,14 +464,13 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
     //    loop from running twice in one tick and starving the others.
     m_batch.splice_back(m_ready);
     ++m_counters.ticks;
-    if (!m_batch.empty()) {
-        wake_stall_monitor_if_parked();
+    if (!m_batch.empty()) [[likely]] {
         // A loop may be driven from inside another's task: keep that task's budget.
         const std::uint32_t outer_budget = t_budget;
         if (m_options.task_run_histogram) [[unlikely]]
-            resume_batch_timed();
+            resume_batch<true>();
         else
-            resume_batch();
+            resume_batch<false>();
         t_budget = outer_budget;
     } else {
         m_counters.ready_depth = 0;
@@ -465,75 +516,16 @@ void loop_core::tick(std::chrono::nanoseconds max_wait) {
         wake_idle_waiters();
 }
 
-void loop_core::resume_batch() noexcept {
-    const std::uint32_t full_budget = m_full_budget;
-    std::uint64_t resumed = 0;
-    while (task_header* t = m_batch.pop_front()) {
-        m_running = t;
-        t_budget = full_budget;
-        t->m_resume.resume();  // `t` may be freed when this returns
-        ++resumed;
-        // The stall monitor's finding, read where the resume it names ends.
-        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
-            on_stall_flag(t, m_resumes_until_check.load());
-        if (m_resumes_until_check.load() == 1) [[unlikely]] {
-            m_resumes_until_check = 0;
-            m_running = nullptr;
-            check_poll_interval();
-        } else {
-            --m_resumes_until_check;
-        }
+void loop_core::record_run_time(run_time_histogram* own, std::int64_t ran) noexcept {
+    const std::size_t bucket = run_time_bucket(ran);
+    ++m_counters.run_counts[bucket];
+    m_counters.run_total_ns.add(ran);
+    if (ran > m_counters.run_max_ns.load()) m_counters.run_max_ns = ran;
+    if (own) {
+        ++own->counts[bucket];
+        own->total += std::chrono::nanoseconds(ran);
+        own->max = std::max(own->max, std::chrono::nanoseconds(ran));
     }
-    m_running = nullptr;
-    m_counters.resumes.add(resumed);
-    m_counters.ready_depth = resumed;
-    if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
-}
-
-// The same, timing each resume (loop_options::task_run_histogram): two clock
-// reads per resume, so it is a loop of its own, chosen once per tick.
-void loop_core::resume_batch_timed() noexcept {
-    const std::uint32_t full_budget = m_full_budget;
-    std::uint64_t resumed = 0;
-    std::int64_t start = steady_ns();
-    while (task_header* t = m_batch.pop_front()) {
-        m_running = t;
-        t_budget = full_budget;
-        // Made before the resume: afterwards `t` may be freed.
-        if (!t->m_run_times) t->m_run_times = std::make_unique<run_time_histogram>();
-        run_time_histogram* own = t->m_run_times.get();
-        const std::uint64_t id = t->m_id;
-        t->m_resume.resume();
-        const std::int64_t end = steady_ns();
-        const std::int64_t ran = end - start;
-        start = end;
-        const std::size_t bucket = run_time_bucket(ran);
-        ++m_counters.run_counts[bucket];
-        m_counters.run_total_ns.add(ran);
-        if (ran > m_counters.run_max_ns.load()) m_counters.run_max_ns = ran;
-        // The task's own, unless it finished in this resume (and took its
-        // histogram with its header).
-        if (!(m_finished_probe == probe() && m_finished_id == id)) {
-            ++own->counts[bucket];
-            own->total += std::chrono::nanoseconds(ran);
-            own->max = std::max(own->max, std::chrono::nanoseconds(ran));
-        }
-        ++resumed;
-        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
-            on_stall_flag(t, m_resumes_until_check.load());
-        if (m_resumes_until_check.load() == 1) [[unlikely]] {
-            m_resumes_until_check = 0;
-            m_running = nullptr;
-            check_poll_interval();
-            start = steady_ns();
-        } else {
-            --m_resumes_until_check;
-        }
-    }
-    m_running = nullptr;
-    m_counters.resumes.add(resumed);
-    m_counters.ready_depth = resumed;
-    if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
 }
 
 std::chrono::nanoseconds loop_core::poll_timeout(std::chrono::nanoseconds max_wait) {
@@ -611,6 +603,8 @@ int loop_core::poll_os(std::chrono::nanoseconds timeout) {
     ++m_counters.polls;
     if (completed > 0) m_counters.completions.add(static_cast<std::uint64_t>(completed));
     if (may_block) {
+        // Back from a sleep: the stall monitor may have gone to sleep too.
+        wake_stall_monitor_if_parked();
         ++m_counters.sleeps;
         m_counters.busy_ns.add(before - m_awake_since_ns);
         m_counters.wait_ns.add(now - before);

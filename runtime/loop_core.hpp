@@ -101,7 +101,8 @@ public:
     /// Time awake not yet added to busy_ns (the loop thread only).
     std::int64_t awake_since_ns() const noexcept { return m_awake_since_ns; }
     /// Which resume is running, for the stall monitor: the pair changes with
-    /// every resume, and `running` is false between resumes.
+    /// every resume (the countdown falls within an epoch, and each clock
+    /// check starts a new epoch), and `running` is false between resumes.
     struct resume_probe {
         bool running = false;
         std::int64_t epoch = 0;
@@ -111,7 +112,9 @@ public:
     resume_probe probe() const noexcept {
         return {m_running.load() != nullptr, m_last_check_real_ns.load(), m_resumes_until_check.load()};
     }
-    /// The monitor saw `probe`'s resume run since `since_ns` (any thread).
+    /// The monitor saw `probe`'s resume run since `since_ns` (any thread):
+    /// leaves its finding, then sets the countdown to zero, which sends the
+    /// loop to its rare path when that resume returns.
     void flag_stall(const resume_probe& probe, std::int64_t since_ns) noexcept;
 
 private:
@@ -125,11 +128,13 @@ private:
     void advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept;
     void wake_idle_waiters() noexcept;
     void destroy_frame(task_header& t) noexcept;
-    void resume_batch() noexcept;
-    void resume_batch_timed() noexcept;
+    template <bool Timed>
+    [[gnu::always_inline]] void resume_batch() noexcept;
+    void record_run_time(run_time_histogram* own, std::int64_t ran) noexcept;
     void on_stall_flag(task_header* t, unsigned countdown, bool finishing = false) noexcept;
     void report_stall(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept;
     void note_task_ended(task_header& t) noexcept;
+    void enter_loop() noexcept;
     void leave_loop() noexcept;
     std::chrono::nanoseconds poll_timeout(std::chrono::nanoseconds max_wait);
 
@@ -182,9 +187,8 @@ private:
     std::atomic<std::int64_t> m_stall_epoch{0};
     std::atomic<unsigned> m_stall_countdown{0};
     std::atomic<std::int64_t> m_stall_since_ns{0};
-    // The resume in which a task last finished, and its id: after that
-    // resume its header may be gone.
-    resume_probe m_finished_probe;
+    // The task that last finished inside its own resume (which then clears
+    // m_running): after that resume its header may be gone.
     std::uint64_t m_finished_id = 0;
     bool m_watched = false;  // registered with the stall monitor
 };

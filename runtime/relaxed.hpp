@@ -27,6 +27,11 @@ public:
     /// Another thread's read-and-reset (ready_depth_max): the only writer
     /// besides the owner, so this one is a real exchange.
     T exchange(T v) noexcept { return m_value.exchange(v, std::memory_order_relaxed); }
+    /// Another thread's conditional write (the stall monitor's), ordered
+    /// after what it wrote before.
+    bool compare_exchange_release(T expected, T v) noexcept {
+        return m_value.compare_exchange_strong(expected, v, std::memory_order_release, std::memory_order_relaxed);
+    }
 
 private:
     std::atomic<T> m_value;

@@ -8,10 +8,12 @@
 #include "loop_core.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -36,7 +38,21 @@ public:
         std::lock_guard lock(m_mutex);
         m_loops.push_back({&core, core.options().stall_threshold.count(), {}, 0, false});
         if (!m_thread_started) {
-            std::thread([this] { run(); }).detach();
+            // The monitor takes no signal: one meant for the process (SIGTERM
+            // that a loop catches through signalfd, say) must not land here,
+            // where it would take its default action. The thread starts with
+            // every signal blocked, and this thread's mask is put back.
+            ::sigset_t all;
+            ::sigset_t previous;
+            ::sigfillset(&all);
+            ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+            try {
+                std::thread([this] { run(); }).detach();
+            } catch (...) {
+                ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+                throw;
+            }
+            ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
             m_thread_started = true;
         }
         m_wake = true;
@@ -76,9 +92,10 @@ private:
                 quiet_rounds = 0;
             }
             m_wake = false;
+            if (m_loops.empty()) continue;
             std::int64_t period = std::numeric_limits<std::int64_t>::max();
             for (const watched& w : m_loops) period = std::min(period, w.threshold_ns / 4);
-            period = std::max<std::int64_t>(period, 1'000'000);
+            period = std::clamp<std::int64_t>(period, 1'000'000, 1'000'000'000);
             m_cv.wait_for(lock, std::chrono::nanoseconds(period), [&] { return m_wake; });
             const std::int64_t now = steady_ns();
             bool all_quiet = true;
@@ -128,28 +145,41 @@ void loop_core::flag_stall(const resume_probe& probe, std::int64_t since_ns) noe
     m_stall_countdown.store(probe.countdown, std::memory_order_relaxed);
     m_stall_since_ns.store(since_ns, std::memory_order_relaxed);
     m_stall_flag.store(true, std::memory_order_release);
+    // The countdown is never zero while a resume runs: zero tells the loop,
+    // when this resume returns, to look. If the resume has just ended, the
+    // exchange fails, or the loop's own store of the next count replaces it
+    // (it reads and writes the countdown without a locked instruction): the
+    // flag is then found at the next clock check, and not pinned on a task.
+    (void)m_resumes_until_check.compare_exchange_release(probe.countdown, 0);
 }
 
 void loop_core::note_task_ended(task_header& t) noexcept {
-    // The task finishes inside its own resume: after it, `t` may be freed.
-    m_finished_probe = probe();
+    // The task finishes inside its own resume: after it, `t` may be freed,
+    // which the tick learns from m_running (and the monitor too: no resume
+    // runs any more).
     m_finished_id = t.m_id;
-    if (m_stall_flag.load(std::memory_order_relaxed)) on_stall_flag(&t, m_resumes_until_check.load(), true);
+    if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
+        on_stall_flag(&t, m_resumes_until_check.load(), true);
+    m_running = nullptr;
 }
 
 void loop_core::on_stall_flag(task_header* t, unsigned countdown, bool finishing) noexcept {
     if (!m_stall_flag.exchange(false, std::memory_order_acquire)) return;
     const std::int64_t since = m_stall_since_ns.load(std::memory_order_relaxed);
     ++m_counters.stalls;
+    // The resume that just returned (or is finishing its task) is the one
+    // flagged when it ran in the flagged epoch with the flagged countdown, or
+    // the monitor's zero reached it (in that epoch: a zero that landed late,
+    // on the next span, must not name that span's task).
     const bool this_resume = m_stall_epoch.load(std::memory_order_relaxed) == m_last_check_real_ns.load() &&
-                             m_stall_countdown.load(std::memory_order_relaxed) == countdown;
+                             (countdown == 0 || m_stall_countdown.load(std::memory_order_relaxed) == countdown);
     if (!this_resume) {
         // The resume it names ended just as the monitor looked: its task is
         // no longer known here.
         report_stall(nullptr, false, 0, since);
     } else if (finishing) {
         report_stall(t, true, t->m_id, since);
-    } else if (m_finished_probe == probe()) {
+    } else if (!t) {
         // The task finished in this resume, and its header may be gone.
         report_stall(nullptr, true, m_finished_id, since);
     } else {

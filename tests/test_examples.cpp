@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 #include "child_process.hpp"
+#include "prometheus_text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -79,13 +80,24 @@ public:
     process& operator=(const process&) = delete;
 
     /// Waits for "... listening on ADDRESS:PORT" and returns the port.
-    std::uint16_t wait_listening() {
-        m_output += read_until(m_out, std::chrono::steady_clock::now() + 10s,
-                               [](const std::string& s) { return s.find('\n') != std::string::npos; });
-        auto at = m_output.find(" listening on 127.0.0.1:");
+    std::uint16_t wait_listening() { return wait_port(" listening on 127.0.0.1:"); }
+
+    /// Waits (at most 10 s) for a whole line with `marker` in it, which ends
+    /// in ":" and is followed by a port, and returns the port. Lines before
+    /// it (another listener's) are kept in output().
+    std::uint16_t wait_port(std::string_view marker) {
+        auto has_line = [&](const std::string& text) {
+            const auto at = text.find(marker);
+            return at != std::string::npos && text.find('\n', at) != std::string::npos;
+        };
+        if (!has_line(m_output)) {
+            m_output += read_until(m_out, std::chrono::steady_clock::now() + 10s,
+                                   [&](const std::string& s) { return has_line(m_output + s); });
+        }
+        const auto at = m_output.find(marker);
         INFO("output: " << m_output);
         REQUIRE(at != std::string::npos);
-        return static_cast<std::uint16_t>(std::stoi(m_output.substr(m_output.rfind(':') + 1)));
+        return static_cast<std::uint16_t>(std::stoi(m_output.substr(at + marker.size())));
     }
 
     /// Sends `signo` and waits (at most 10 s) for the exit; returns the wait status.
@@ -922,6 +934,208 @@ TEST_CASE("spindle-echo: while one client floods it, another's pings come back p
     // caused (the ping then waited for the flood to stop).
     CHECK(p99 < 20'000);
     CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+// --- /metrics ----------------------------------------------------------------------------------
+
+namespace {
+
+namespace prom = spindle::test::prometheus;
+
+bool have_curl() {
+    if (on_path("curl")) return true;
+    WARN("curl is not installed (./setup.sh installs it): skipped");
+    return false;
+}
+
+struct http_reply {
+    int status = 0;
+    std::string content_type;
+    std::string body;
+};
+
+/// `curl -s -D -` of one URL on loopback: the status, Content-Type and body,
+/// read here rather than through a shell pipeline, whose status would hide
+/// curl's own.
+http_reply curl_get(std::uint16_t port, const std::string& path, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{"curl", "-s", "-m", "10", "-D", "-"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("http://127.0.0.1:" + std::to_string(port) + path);
+    const command_result r = run(argv, 20s);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    // Headers, an empty line, the body; curl writes the headers as they came.
+    const auto end = r.output.find("\r\n\r\n");
+    REQUIRE(end != std::string::npos);
+    REQUIRE(r.output.starts_with("HTTP/1.1 "));
+    http_reply reply;
+    reply.status = std::stoi(r.output.substr(9, 3));
+    const std::string head = r.output.substr(0, end + 2);
+    if (const auto at = head.find("\r\nContent-Type: "); at != std::string::npos) {
+        const auto from = at + std::string_view("\r\nContent-Type: ").size();
+        reply.content_type = head.substr(from, head.find("\r\n", from) - from);
+    }
+    reply.body = r.output.substr(end + 4);
+    return reply;
+}
+
+/// GET /metrics, checked line by line; what it holds.
+prom::exposition scrape(std::uint16_t port) {
+    const http_reply reply = curl_get(port, "/metrics");
+    REQUIRE(reply.status == 200);
+    CHECK(reply.content_type == "text/plain; version=0.0.4; charset=utf-8");
+    prom::parse_outcome parsed = prom::parse(reply.body);
+    INFO(parsed.error << "\n" << reply.body);
+    REQUIRE(parsed.ok());
+    CHECK(parsed.text.types.at("spindle_loop_resumes_total") == "counter");
+    CHECK(parsed.text.types.at("spindle_loop_io_in_flight") == "gauge");
+    return std::move(parsed.text);
+}
+
+/// The sum of a metric over its series (every loop of a group).
+double total(const prom::exposition& e, const std::string& name) {
+    double sum = 0;
+    for (const auto& [series, value] : e.values)
+        if (series == name || series.starts_with(name + "{")) sum += value;
+    return sum;
+}
+
+/// The second scrape against the first: no counter went back, and the loops
+/// resumed tasks and polled the OS in between.
+void check_grew(const prom::exposition& before, const prom::exposition& after) {
+    const std::vector<std::string> wrong = prom::decreased_counters(before, after);
+    INFO(wrong.size() << " series went back; the first: " << (wrong.empty() ? std::string() : wrong.front()));
+    CHECK(wrong.empty());
+    CHECK(total(after, "spindle_loop_resumes_total") > total(before, "spindle_loop_resumes_total"));
+    CHECK(total(after, "spindle_loop_polls_total") > total(before, "spindle_loop_polls_total"));
+}
+
+/// Every loop of `loops` has its own labelled series.
+void check_labelled(const prom::exposition& e, int loops) {
+    for (int i = 0; i < loops; ++i) {
+        INFO("loop " << i);
+        CHECK(e.values.count("spindle_loop_ticks_total{loop=\"" + std::to_string(i) + "\"}") == 1);
+        CHECK(e.values.count("spindle_loop_io_in_flight{kind=\"read\",loop=\"" + std::to_string(i) + "\"}") == 1);
+    }
+    CHECK(e.values.count("spindle_loop_ticks_total{loop=\"" + std::to_string(loops) + "\"}") == 0);
+    CHECK(e.values.count("spindle_loop_ticks_total") == 0);
+}
+
+/// `count` RESP PINGs over each of `connections` connections, pipelined ten at a time.
+void ping_resp(std::uint16_t port, int connections, int count) {
+    std::vector<std::unique_ptr<client>> clients;
+    for (int i = 0; i < connections; ++i) clients.push_back(std::make_unique<client>(port));
+    std::string ten;
+    for (int i = 0; i < 10; ++i) ten += "*1\r\n$4\r\nPING\r\n";
+    std::string ten_back;
+    for (int i = 0; i < 10; ++i) ten_back += "+PONG\r\n";
+    for (auto& c : clients) {
+        for (int sent = 0; sent < count; sent += 10) {
+            c->send(ten);
+            REQUIRE(c->read_exact(ten_back.size()) == ten_back);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the services document their metrics in --help and refuse a bad --metrics-port", "[metrics]") {
+    for (const char* env : {"SPINDLE_ECHO", "SPINDLE_RESP"}) {
+        INFO(env);
+        const command_result help = run({program(env), "--help"});
+        CHECK(help.status == 0);
+        CHECK(help.output.find("--metrics-port N") != std::string::npos);
+        CHECK(help.output.find("GET /metrics") != std::string::npos);
+        for (const char* bad : {"70000", "-1", "x", ""}) CHECK(run({program(env), "--port", "0", "--metrics-port", bad}).status == 2);
+    }
+    const command_result help = run({program("SPINDLE_HTTP"), "--help"});
+    CHECK(help.output.find("GET /metrics") != std::string::npos);
+}
+
+TEST_CASE("spindle-http answers GET /metrics with Prometheus text whose counters only grow under load", "[metrics]") {
+    if (!have_curl()) return;
+    for (const char* threads : {"1", "2"}) {
+        INFO("--threads " << threads);
+        process server({program("SPINDLE_HTTP"), "--port", "0", "--threads", threads});
+        const std::uint16_t port = server.wait_listening();
+        const prom::exposition before = scrape(port);
+        if (std::string_view(threads) == "2") check_labelled(before, 2);
+        else CHECK(before.values.count("spindle_loop_ticks_total") == 1);
+
+        const command_result load = run({program("SPINDLE_LOAD"), "--mode", "http", "--port", std::to_string(port),
+                                         "--connections", "8", "--depth", "4", "--duration", "1"});
+        INFO(load.output);
+        CHECK(load.status == 0);
+        const prom::exposition after = scrape(port);
+        check_grew(before, after);
+        // The example's own pages are still there beside it.
+        CHECK(curl_get(port, "/").body == "Hello, World!");
+        CHECK(curl_get(port, "/metrics/more").status == 404);
+        CHECK(exited_cleanly(server.stop(SIGTERM)));
+    }
+}
+
+TEST_CASE("spindle-echo --metrics-port: GET /metrics on loopback, 404 and 405 for the rest, bad requests closed", "[metrics]") {
+    if (!have_curl()) return;
+    process server({program("SPINDLE_ECHO"), "--port", "0", "--metrics-port", "0"});
+    const std::uint16_t metrics_port = server.wait_port(" metrics on 127.0.0.1:");
+    const std::uint16_t port = server.wait_listening();
+    REQUIRE(metrics_port != port);
+    const prom::exposition before = scrape(metrics_port);
+    CHECK(before.values.count("spindle_loop_ticks_total") == 1);
+
+    const command_result load = run({program("SPINDLE_LOAD"), "--mode", "echo", "--port", std::to_string(port), "--connections",
+                                     "8", "--size", "100", "--depth", "2", "--duration", "1"});
+    INFO(load.output);
+    CHECK(load.status == 0);
+    CHECK(load.output.find(" 0 errors") != std::string::npos);
+    const prom::exposition after = scrape(metrics_port);
+    check_grew(before, after);
+
+    // Nothing but the metrics: the example HTTP server's page is not here.
+    CHECK(curl_get(metrics_port, "/").status == 404);
+    CHECK(curl_get(metrics_port, "/metricsx").status == 404);
+    CHECK(curl_get(metrics_port, "/metrics?name=x").status == 200);
+    const http_reply post = curl_get(metrics_port, "/metrics", {"-X", "POST"});
+    CHECK(post.status == 405);
+    // Two scrapes over one kept-alive connection: curl connects once.
+    const command_result twice = run({"curl", "-s", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{http_code} %{num_connects}\n",
+                                      "http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics",
+                                      "http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics"});
+    CHECK(twice.output == "200 1\n200 0\n");
+    {
+        client bad(metrics_port);
+        bad.send("THIS IS NOT HTTP\r\n\r\n");
+        const std::string all = bad.read_to_end();
+        CHECK(all.starts_with("HTTP/1.1 400 "));
+        CHECK(all.find("Connection: close\r\n") != std::string::npos);
+    }
+    // Still serving after all that, and the echo service too.
+    (void)scrape(metrics_port);
+    {
+        client c(port);
+        c.send("still here\n");
+        CHECK(c.read_exact(11) == "still here\n");
+    }
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+TEST_CASE("spindle-resp --metrics-port: every loop's metrics, labelled, growing with the commands it runs", "[metrics]") {
+    if (!have_curl()) return;
+    for (const char* threads : {"1", "2"}) {
+        INFO("--threads " << threads);
+        process server({program("SPINDLE_RESP"), "--port", "0", "--threads", threads, "--metrics-port", "0"});
+        const std::uint16_t metrics_port = server.wait_port(" metrics on 127.0.0.1:");
+        const std::uint16_t port = server.wait_listening();
+        const prom::exposition before = scrape(metrics_port);
+        if (std::string_view(threads) == "2") check_labelled(before, 2);
+        else CHECK(before.values.count("spindle_loop_ticks_total") == 1);
+        ping_resp(port, 8, 50);
+        const prom::exposition after = scrape(metrics_port);
+        check_grew(before, after);
+        CHECK(curl_get(metrics_port, "/other").status == 404);
+        CHECK(exited_cleanly(server.stop(SIGINT)));
+    }
 }
 
 // --- TLS (built with OpenSSL) ------------------------------------------------------------------

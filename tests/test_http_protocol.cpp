@@ -651,3 +651,42 @@ TEST_CASE("http: GET /bytes/N answers N bytes of the alphabet, up to 1 MiB; beyo
     for (const char* path : {"/bytes/1048577", "/bytes/", "/bytes/12a", "/bytes/99999999"})
         CHECK(answer("GET "s + path + " HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 404 "));
 }
+
+TEST_CASE("http: a dynamic route is rendered per request, before the built-in pages, which can be turned off", "[http]") {
+    using spindle::examples::http::dynamic_route;
+    using spindle::examples::http::route_table;
+    int renders = 0;
+    const dynamic_route routes[] = {
+        {"/metrics", "text/plain; version=0.0.4", [&] { return "n " + std::to_string(++renders) + "\n"; }},
+        // A dynamic route wins over a built-in page of the same path.
+        {"/", "text/html", [] { return std::string("<p>mine</p>"); }},
+    };
+    auto serve = [&](std::string_view input, bool builtin) {
+        output_buffer out;
+        const batch_result batch = handle_batch(input, out, {}, route_table{builtin, routes});
+        CHECK(batch.consumed == input.size());
+        return std::string(out.view());
+    };
+
+    const std::string two = serve("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nGET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", true);
+    CHECK(two ==
+          "HTTP/1.1 200 OK\r\nServer: spindle\r\nContent-Length: 4\r\nContent-Type: text/plain; version=0.0.4\r\n\r\nn 1\n"
+          "HTTP/1.1 200 OK\r\nServer: spindle\r\nContent-Length: 4\r\nContent-Type: text/plain; version=0.0.4\r\n\r\nn 2\n");
+    // HEAD: rendered for its length, and no body.
+    CHECK(serve("HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n", true) ==
+          "HTTP/1.1 200 OK\r\nServer: spindle\r\nContent-Length: 4\r\nContent-Type: text/plain; version=0.0.4\r\n\r\n");
+    CHECK(renders == 3);
+    CHECK(serve("GET / HTTP/1.1\r\nHost: a\r\n\r\n", true).ends_with("<p>mine</p>"));
+    CHECK(serve("GET /bytes/3 HTTP/1.1\r\nHost: a\r\n\r\n", true).ends_with("\r\n\r\nabc"));
+    CHECK(serve("POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n", true).starts_with("HTTP/1.1 405 "));
+    CHECK(renders == 3);
+
+    // Without the built-in pages only the dynamic routes answer.
+    const dynamic_route only[] = {routes[0]};
+    output_buffer out;
+    handle_batch("GET /bytes/3 HTTP/1.1\r\nHost: a\r\n\r\nGET /metricsx HTTP/1.1\r\nHost: a\r\n\r\n", out, {}, route_table{false, only});
+    CHECK(out.view().starts_with("HTTP/1.1 404 Not Found\r\n"));
+    CHECK(out.view().find("HTTP/1.1 404 ", 1) != std::string_view::npos);
+    // The default table is the example server's own pages, no dynamic ones.
+    CHECK(answer("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 404 "));
+}

@@ -100,6 +100,12 @@ task<void> dump_on_sigusr1(std::stop_token stop);
 /// after requesting `stop`. Spawn it; await its handle or ignore it.
 task<void> stop_on_signals(std::stop_source stop);
 
+/// A task a service runs beside its connections (a metrics endpoint), on its
+/// only loop or on loop 0 of a group: started once the service listens, given
+/// the service's stop token, and awaited before the service returns. Empty:
+/// none.
+using companion = std::function<task<void>(std::stop_token)>;
+
 /// The connections of a server: each runs as its own task; wait_all() waits
 /// for every one still running. A finished connection leaves the set at once.
 class connection_set {
@@ -119,9 +125,10 @@ private:
 /// task<void>) for each connection, with TCP_NODELAY set on its stream (the
 /// services write whole replies), until SIGINT or SIGTERM, then stops
 /// accepting, lets every connection see the stop (their waits complete with
-/// operation_canceled), waits for them all and returns 0. 1 if it cannot bind.
+/// operation_canceled), waits for them all (and for `beside`) and returns 0.
+/// 1 if it cannot bind.
 template <class Handler>
-task<int> run_tcp_service(const service_options& options, std::string_view name, Handler handler) {
+task<int> run_tcp_service(const service_options& options, std::string_view name, Handler handler, companion beside = {}) {
     result<net::address> at = net::address::from_ip(options.host, options.port);
     if (!at) {
         std::fprintf(stderr, "%.*s: '%s' is not a numeric address\n", static_cast<int>(name.size()), name.data(), options.host.c_str());
@@ -144,6 +151,8 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     std::stop_source stop;
     join_handle<void> signals = loop::current().spawn(stop_on_signals(stop), "signals");
     join_handle<void> dumps = loop::current().spawn(dump_on_sigusr1(stop.get_token()), "dump on SIGUSR1");
+    join_handle<void> side;
+    if (beside) side = loop::current().spawn(beside(stop.get_token()), "companion");
     connection_set connections;
     for (;;) {
         result<net::tcp_stream> stream = co_await listener->accept(stop.get_token());
@@ -159,6 +168,7 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     co_await connections.wait_all();
     co_await signals;
     co_await dumps;
+    if (side.valid()) co_await side;
     co_return 0;
 }
 
@@ -220,13 +230,16 @@ int run_service_loop(const loop_options& options, MakeMain make_main) {
 
 /// One loop of a group serving its share of `listener`'s connections until
 /// `stop`, then waiting for them all (loop 0 also prints the task dump on
-/// SIGUSR1).
+/// SIGUSR1, and runs `beside`).
 template <class Handler>
-task<int> serve_share(net::shared_listener listener, std::string_view name, Handler& handler, std::stop_token stop) {
+task<int> serve_share(net::shared_listener listener, std::string_view name, Handler& handler, std::stop_token stop,
+                      companion beside = {}) {
     join_handle<void> dumps;
+    join_handle<void> side;
     if (loop_group::current_index() == 0) {
         loop::current().catch_signal(SIGUSR1);
         dumps = loop::current().spawn(dump_on_sigusr1(stop), "dump on SIGUSR1");
+        if (beside) side = loop::current().spawn(beside(stop), "companion");
     }
     connection_set connections;
     for (;;) {
@@ -242,6 +255,7 @@ task<int> serve_share(net::shared_listener listener, std::string_view name, Hand
     listener.close();
     co_await connections.wait_all();
     if (dumps.valid()) co_await dumps;
+    if (side.valid()) co_await side;
     co_return 0;
 }
 
@@ -249,12 +263,14 @@ task<int> serve_share(net::shared_listener listener, std::string_view name, Hand
 /// loop; with more (0: one per CPU), a loop_group whose loops share the
 /// address as options.distribute says, each serving its connections with
 /// `handler`, stopped together by SIGINT or SIGTERM. `on_group(group)` runs
-/// before the loops start (per-loop state is sized there). The exit status.
+/// before the loops start (per-loop state is sized there); `beside` runs on
+/// the only loop, or loop 0. The exit status.
 template <class Handler, class OnGroup>
-int serve_tcp(const service_options& options, loop_options lo, std::string_view name, Handler handler, OnGroup on_group) {
+int serve_tcp(const service_options& options, loop_options lo, std::string_view name, Handler handler, OnGroup on_group,
+              companion beside = {}) {
     lo.backend = options.backend;
     if (options.threads == 1)
-        return run_service_loop(lo, [&] { return run_tcp_service(options, name, handler); });
+        return run_service_loop(lo, [&] { return run_tcp_service(options, name, handler, beside); });
     const int n = static_cast<int>(name.size());
     result<net::address> at = net::address::from_ip(options.host, options.port);
     if (!at) {
@@ -284,7 +300,7 @@ int serve_tcp(const service_options& options, loop_options lo, std::string_view 
     std::fflush(stdout);
     try {
         return group->run([&](std::stop_token stop) -> task<int> {
-            return serve_share(*listener, name, handler, std::move(stop));
+            return serve_share(*listener, name, handler, std::move(stop), beside);
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "%.*s: %s\n", n, name.data(), e.what());
@@ -292,9 +308,12 @@ int serve_tcp(const service_options& options, loop_options lo, std::string_view 
     }
 }
 
+/// For serve_tcp's `on_group` when the service keeps no state per loop.
+inline void no_group_setup(loop_group&) noexcept {}
+
 template <class Handler>
 int serve_tcp(const service_options& options, const loop_options& lo, std::string_view name, Handler handler) {
-    return serve_tcp(options, lo, name, std::move(handler), [](loop_group&) {});
+    return serve_tcp(options, lo, name, std::move(handler), no_group_setup);
 }
 
 }  // namespace spindle::examples

@@ -1,10 +1,13 @@
 // spindle-echo: a TCP echo server, one coroutine per connection; over TLS
-// with --tls-cert and --tls-key.
+// with --tls-cert and --tls-key; GET /metrics on a loopback port with
+// --metrics-port.
 
+#include "metrics_endpoint.hpp"
 #include "service.hpp"
 #include "tls_service.hpp"
 
 #include <array>
+#include <vector>
 
 using namespace spindle;
 using namespace spindle::examples;
@@ -43,18 +46,22 @@ task<void> echo_tcp(net::tcp_stream stream, std::stop_token stop) { co_await ech
 
 int main(int argc, char** argv) {
     tls_flags tls;
-    const auto flags = tls.flags();
+    metrics_endpoint metrics;
+    const auto tls_flag_list = tls.flags();
+    const std::vector<service_flag> flags{tls_flag_list[0], tls_flag_list[1], metrics.flag()};
     const service_options options = parse_service_options(
         argc, argv, {.name = "spindle-echo", .description = "A TCP echo server, one coroutine per connection.", .default_port = 7007, .flags = flags});
+    if (metrics.enabled() && !metrics.bind("spindle-echo")) return 1;
     if (tls.enabled()) {
 #if SPINDLE_HAVE_TLS
         tls::context ctx = server_context(tls, "spindle-echo", {});
         if (!ctx) return 1;
         return serve_tcp(options, loop_options{}, "spindle-echo",
-                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) { return echo(s, std::move(stop)); }));
+                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) { return echo(s, std::move(stop)); }),
+                         no_group_setup, metrics.serve());
 #else
         return no_tls("spindle-echo");
 #endif
     }
-    return serve_tcp(options, loop_options{}, "spindle-echo", echo_tcp);
+    return serve_tcp(options, loop_options{}, "spindle-echo", echo_tcp, no_group_setup, metrics.serve());
 }

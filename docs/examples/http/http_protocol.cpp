@@ -305,7 +305,7 @@ std::string_view bulk_body() {
     return body;
 }
 
-void respond(output_buffer& out, const parse_result& request) {
+void respond(output_buffer& out, const parse_result& request, const route_table& routes) {
     response_options options;
     // An HTTP/1.0 client that asked to keep the connection closes it anyway
     // unless the response says keep-alive; ab -k waits for the close otherwise.
@@ -320,7 +320,16 @@ void respond(output_buffer& out, const parse_result& request) {
     options.head_only = is_head;
     // Route on the path: a query string does not name another resource here.
     const std::string_view path = request.target.substr(0, request.target.find('?'));
-    if (path == "/") {
+    for (const dynamic_route& route : routes.dynamic) {
+        if (path != route.path) continue;
+        options.content_type = route.content_type;
+        // Rendered for HEAD too: its Content-Length is the body GET would get.
+        append_response(out, 200, "OK", route.render(), request.keep_alive, options);
+        return;
+    }
+    if (!routes.builtin) {
+        append_response(out, 404, "Not Found", "Not Found", request.keep_alive, options);
+    } else if (path == "/") {
         append_response(out, 200, "OK", "Hello, World!", request.keep_alive, options);
     } else if (std::optional<std::size_t> size = bulk_size(path)) {
         append_response(out, 200, "OK", bulk_body().substr(0, *size), request.keep_alive, options);
@@ -430,7 +439,8 @@ void append_response(output_buffer& out, int status, std::string_view reason, st
     if (!options.head_only) out.append(body);
 }
 
-batch_result handle_batch(std::string_view input, output_buffer& out, const parse_limits& limits) {
+batch_result handle_batch(std::string_view input, output_buffer& out, const parse_limits& limits,
+                          const route_table& routes) {
     batch_result batch;
     while (batch.consumed < input.size()) {
         const parse_result request = parse_request(input.substr(batch.consumed), limits);
@@ -446,7 +456,7 @@ batch_result handle_batch(std::string_view input, output_buffer& out, const pars
             batch.close = true;
             break;
         }
-        respond(out, request);
+        respond(out, request, routes);
         ++batch.responses;
         batch.consumed += request.consumed;
         if (!request.keep_alive) {

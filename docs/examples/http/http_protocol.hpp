@@ -8,10 +8,12 @@
 ///
 /// Nothing here allocates per request: parse results are views into the
 /// caller's bytes, and responses are appended to a buffer whose capacity
-/// survives clear().
+/// survives clear(). (A dynamic_route's body is the exception: it is made
+/// anew for each request of it.)
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -126,6 +128,24 @@ struct response_options {
 void append_response(output_buffer& out, int status, std::string_view reason, std::string_view body,
                      bool keep_alive, const response_options& options = {});
 
+/// A resource whose body the program makes when it is asked for (a metrics
+/// page): GET and HEAD of exactly `path` answer 200 with what `render()`
+/// returns, as `content_type`.
+struct dynamic_route {
+    std::string_view path;
+    std::string_view content_type = "text/plain";
+    std::function<std::string()> render;
+};
+
+/// What handle_batch serves.
+struct route_table {
+    /// `/` ("Hello, World!") and `/bytes/N`, the example server's own; a
+    /// server that only shows its metrics turns them off.
+    bool builtin = true;
+    /// Looked at before the built-in resources, in order.
+    std::span<const dynamic_route> dynamic;
+};
+
 struct batch_result {
     /// Bytes of the requests answered; drop them from the front of the read
     /// buffer. Bytes of a rejected request are not counted.
@@ -138,13 +158,16 @@ struct batch_result {
 
 /// Answers every complete request at the start of `input`, appending one
 /// response per request to `out` (which it does not clear):
-///   GET of `/` (any query) → 200 "Hello, World!";
+///   GET of a path in routes.dynamic (any query) → 200 with what it renders;
+///   with routes.builtin, GET of `/` (any query) → 200 "Hello, World!", and
+///   of `/bytes/N` → N bytes (at most 1 MiB);
 ///   GET of any other target → 404 "Not Found";
 ///   HEAD → the headers GET would get, without the body;
 ///   any other method → 405 with `Allow: GET, HEAD`.
 /// Stops after a request that does not keep the connection alive, and after a
 /// rejected request, which gets its error response with `Connection: close`.
 /// A trailing incomplete request is left unconsumed for the next read.
-batch_result handle_batch(std::string_view input, output_buffer& out, const parse_limits& limits = {});
+batch_result handle_batch(std::string_view input, output_buffer& out, const parse_limits& limits = {},
+                          const route_table& routes = {});
 
 }  // namespace spindle::examples::http

@@ -1,5 +1,6 @@
 // spindle-http: a minimal HTTP/1.1 server. GET / answers "Hello, World!"
-// (GET /bytes/N: N bytes, up to 1 MiB, for throughput tests);
+// (GET /bytes/N: N bytes, up to 1 MiB, for throughput tests; GET /metrics:
+// the loops' metrics in the Prometheus text format);
 // keep-alive and pipelining; malformed requests get 400, heads over 8 KiB get
 // 431, and the connection is closed after either. HTTPS with --tls-cert and
 // --tls-key (ALPN http/1.1).
@@ -10,6 +11,7 @@
 // nothing.
 
 #include "http_protocol.hpp"
+#include "metrics_endpoint.hpp"
 #include "service.hpp"
 #include "tls_service.hpp"
 
@@ -23,11 +25,13 @@ template <net::byte_stream Stream>
 task<void> serve_connection(Stream& stream, std::stop_token stop) {
     // One buffer of responses per connection: its capacity survives clear().
     http::output_buffer out(4096);
+    const http::dynamic_route metrics = metrics_route();
+    const http::route_table routes{true, std::span(&metrics, 1)};
     co_await serve_batches(
         stream, stop,
         [&](std::string_view input) {
             out.clear();
-            http::batch_result batch = http::handle_batch(input, out);
+            http::batch_result batch = http::handle_batch(input, out, {}, routes);
             return batch_outcome{batch.consumed, out.view(), batch.close};
         },
         /*linger=*/true);
@@ -43,7 +47,8 @@ int main(int argc, char** argv) {
     const service_options options = parse_service_options(
         argc, argv,
         {.name = "spindle-http",
-         .description = "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\" (GET /bytes/N: N bytes, up to 1 MiB); keep-alive and pipelining.",
+         .description = "A minimal HTTP/1.1 server: GET / answers \"Hello, World!\" (GET /bytes/N: N bytes, up to 1 MiB; "
+                        "GET /metrics: the loops' metrics, Prometheus text); keep-alive and pipelining.",
          .default_port = 8080,
          .flags = flags});
     if (tls.enabled()) {

@@ -1,7 +1,8 @@
 // spindle-resp: a small in-memory key-value server speaking RESP2, the Redis
 // protocol: PING, ECHO, SET, GET, DEL, EXISTS, INCR, inline commands and
 // pipelining; protocol errors are answered with -ERR and the connection closed.
-// It works with the real redis-cli and redis-benchmark.
+// It works with the real redis-cli and redis-benchmark. With --metrics-port,
+// GET /metrics on a loopback port gives the loops' metrics.
 //
 // Per batch of pipelined commands it does one read, executes every complete
 // command into one output buffer, and writes that buffer once. On one loop
@@ -12,6 +13,7 @@
 // whatever loops they landed on. Still no lock: a shard is touched by its
 // own loop only.
 
+#include "metrics_endpoint.hpp"
 #include "resp_protocol.hpp"
 #include "service.hpp"
 
@@ -155,11 +157,16 @@ task<void> serve_sharded(net::tcp_stream stream, std::stop_token stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    metrics_endpoint metrics;
+    const service_flag flags[] = {metrics.flag()};
     const service_options options = parse_service_options(
         argc, argv,
         {"spindle-resp", "An in-memory key-value server speaking RESP2 (the Redis protocol).", 6379,
-         "\nCommands: PING, ECHO, SET (EX/PX/NX/XX/GET/KEEPTTL), GET, DEL, EXISTS, INCR, COMMAND, CONFIG GET, QUIT.\n"});
-    if (options.threads == 1) return serve_tcp(options, loop_options{}, "spindle-resp", serve_connection<net::tcp_stream>);
-    return serve_tcp(options, loop_options{}, "spindle-resp", serve_sharded,
-                     [](loop_group& group) { g_shards = std::vector<resp::store>(group.size()); });
+         "\nCommands: PING, ECHO, SET (EX/PX/NX/XX/GET/KEEPTTL), GET, DEL, EXISTS, INCR, COMMAND, CONFIG GET, QUIT.\n", flags});
+    if (metrics.enabled() && !metrics.bind("spindle-resp")) return 1;
+    if (options.threads == 1)
+        return serve_tcp(options, loop_options{}, "spindle-resp", serve_connection<net::tcp_stream>, no_group_setup, metrics.serve());
+    return serve_tcp(
+        options, loop_options{}, "spindle-resp", serve_sharded,
+        [](loop_group& group) { g_shards = std::vector<resp::store>(group.size()); }, metrics.serve());
 }

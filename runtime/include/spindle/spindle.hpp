@@ -1,6 +1,7 @@
 #pragma once
 /// Everything spindle offers, in one include.
 
+#include <spindle/async_generator.hpp>
 #include <spindle/backend_kind.hpp>
 #include <spindle/broadcast.hpp>
 #include <spindle/budget.hpp>

@@ -4,11 +4,20 @@
 ///
 ///     net::buffered_reader reader(tcp);          // over a socket
 ///     net::basic_buffered_reader other(memory);  // over any byte_stream
+///
+///     auto lines = reader.lines("\r\n", 8192);   // every line, in turn
+///     while (auto line = co_await lines.next()) {
+///         if (!*line) break;                     // line_too_long, a failed read
+///         handle(**line);
+///     }
 
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/stream.hpp>
+#include <spindle/async_generator.hpp>
 #include <spindle/budget.hpp>
+#include <spindle/detail/engine.hpp>
+#include <spindle/detail/task_header.hpp>
 #include <spindle/task.hpp>
 
 #include <cstddef>
@@ -63,6 +72,18 @@ private:
     std::size_t m_scanned = 0;
 };
 
+/// A wait started now would be cancelled at once (the token stopped, the
+/// task cancelled or past a deadline): what parked<W> checks first, for
+/// lines() served from the buffer without a wait. A cancel of the task is
+/// noted on its scopes, so a with_timeout knows it cut the call short.
+inline bool cancel_requested(const std::stop_token& token) noexcept {
+    if (token.stop_requested()) return true;
+    spindle::detail::task_header* t = spindle::detail::current_task_or_null();
+    if (!t || !t->cancel_pending()) return false;
+    t->note_cancel_reached();
+    return true;
+}
+
 }  // namespace detail
 
 template <byte_stream Stream>
@@ -93,6 +114,49 @@ public:
             if (*n == 0) co_return make_error_code(errc::end_of_stream);
             m_buffer.commit(*n);
         }
+    }
+
+    /// The longest line lines() takes unless told otherwise.
+    static constexpr std::size_t default_line_limit = 64 * 1024;
+
+    /// Every line through `delimiter`, in turn, as read_until(delimiter, max,
+    /// token) would give them, without a task frame per line; each view is
+    /// valid until the next next(). The stream ends at the peer's close
+    /// (bytes after the last delimiter stay in buffered()) and at a
+    /// cancellation (`token`, or the consumer's next(token), with_timeout or
+    /// join_handle::cancel; what arrived stays buffered, and a new lines()
+    /// goes on from there); any other failure (line_too_long, a failed read)
+    /// is yielded once, then the stream ends. A buffered line spends the
+    /// task's budget and stops a cancelled task, as read_until does.
+    /// `delimiter` must outlive the generator (a literal, typically), as
+    /// this reader must.
+    async_generator<result<std::string_view>> lines(std::string_view delimiter = "\n",
+                                                    std::size_t max = default_line_limit, std::stop_token token = {}) {
+        for (;;) {
+            // The budget is spent by the yield; the cancel check is what
+            // read_until's consume_budget adds for a buffered line.
+            if (!m_buffer.buffered().empty() && detail::cancel_requested(token)) co_return;
+            m_buffer.restart_search();
+            for (;;) {
+                if (std::optional<result<std::string_view>> found = m_buffer.find_line(delimiter, max)) {
+                    const bool failed = !*found;
+                    co_yield *found;
+                    if (failed) co_return;
+                    break;
+                }
+                result<std::size_t> n = co_await m_stream->read_some(m_buffer.space(), token);
+                if (!n) {
+                    if (n.error() != std::errc::operation_canceled) co_yield result<std::string_view>(n.error());
+                    co_return;
+                }
+                if (*n == 0) co_return;
+                m_buffer.commit(*n);
+            }
+        }
+    }
+    /// lines() of "\n" with a stop token.
+    async_generator<result<std::string_view>> lines(std::stop_token token) {
+        return lines("\n", default_line_limit, std::move(token));
     }
 
     /// Fills `out` from the buffer, then from the stream; end_of_stream when

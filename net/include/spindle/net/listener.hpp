@@ -8,11 +8,22 @@
 /// accepted once descriptors free up. The first failure of an episode is
 /// logged at warn level. Transient errors of one connection (ECONNABORTED,
 /// EPROTO) are skipped.
+///
+/// connections(listener, token) turns any listener's accept() into a stream:
+///
+///     auto incoming = net::connections(listener, stop);
+///     while (auto c = co_await incoming.next()) {
+///         if (*c) group.spawn(serve(std::move(**c)));
+///         else log(c->error());
+///     }
 
 #include <spindle/net/socket.hpp>
+#include <spindle/async_generator.hpp>
 #include <spindle/task.hpp>
 
 #include <stop_token>
+#include <system_error>
+#include <utility>
 
 namespace spindle::net {
 
@@ -36,6 +47,29 @@ result<unique_fd> listen_on(const address& at, const listen_options& options);
 /// operation_canceled, during a back-off too.
 task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token token);
 
+/// What `listener.accept(token)` gives: result<tcp_stream>, result<unix_stream>.
+template <class Listener>
+using accept_result_t = typename decltype(std::declval<Listener&>().accept(std::declval<std::stop_token>()))::value_type;
+
 }  // namespace detail
+
+/// Every connection `listener` (a tcp_listener, unix_listener or
+/// shared_listener) accepts, in turn: `listener.accept(token)` again and
+/// again, one task frame per connection from the frame pool. A cancellation
+/// ends the stream without a value: `token` stopped, the listener closed, or
+/// the consumer's own cancel reaching the accept (next(token), with_timeout
+/// around next(), join_handle::cancel: a new connections() goes on); any
+/// other failure of accept is yielded once, then the stream ends. A yielded connection may be moved out
+/// (`std::move(**c)`). `listener` must outlive the generator.
+template <class Listener>
+async_generator<detail::accept_result_t<Listener>> connections(Listener& listener, std::stop_token token = {}) {
+    for (;;) {
+        detail::accept_result_t<Listener> c = co_await listener.accept(token);
+        if (!c && c.error() == std::errc::operation_canceled) co_return;
+        const bool failed = !c;
+        co_yield c;
+        if (failed) co_return;
+    }
+}
 
 }  // namespace spindle::net
