@@ -6,6 +6,7 @@
 #include "loop_core.hpp"
 
 #include <spindle/loop.hpp>
+#include <spindle/loop_group.hpp>
 #include <spindle/metrics.hpp>
 
 #include <algorithm>
@@ -58,6 +59,46 @@ loop_metrics loop::metrics() const noexcept {
         m.run_times.max = std::chrono::nanoseconds(c.run_max_ns.load());
     }
     return m;
+}
+
+std::vector<loop_metrics> loop_group::metrics() {
+    std::vector<loop_metrics> all;
+    all.reserve(size());
+    for (std::size_t i = 0; i < size(); ++i) all.push_back(at(i).metrics());
+    return all;
+}
+
+loop_metrics total(std::span<const loop_metrics> loops) noexcept {
+    loop_metrics sum;
+    for (const loop_metrics& m : loops) {
+        sum.ticks += m.ticks;
+        sum.busy_time += m.busy_time;
+        sum.wait_time += m.wait_time;
+        sum.tasks_spawned += m.tasks_spawned;
+        sum.tasks_finished += m.tasks_finished;
+        sum.tasks_failed += m.tasks_failed;
+        sum.resumes += m.resumes;
+        sum.polls += m.polls;
+        sum.sleeps += m.sleeps;
+        sum.completions += m.completions;
+        sum.timers_fired += m.timers_fired;
+        sum.posts += m.posts;
+        sum.remote_wakeups += m.remote_wakeups;
+        sum.accept_backoffs += m.accept_backoffs;
+        sum.stalls += m.stalls;
+        sum.tasks_alive += m.tasks_alive;
+        sum.ready_depth += m.ready_depth;
+        sum.ready_depth_max = std::max(sum.ready_depth_max, m.ready_depth_max);
+        for (std::size_t k = 0; k < io_kind_count; ++k) sum.io_in_flight[k] += m.io_in_flight[k];
+        sum.timers_pending += m.timers_pending;
+        if (m.has_run_times) {
+            sum.has_run_times = true;
+            for (std::size_t b = 0; b < run_time_buckets; ++b) sum.run_times.counts[b] += m.run_times.counts[b];
+            sum.run_times.total += m.run_times.total;
+            sum.run_times.max = std::max(sum.run_times.max, m.run_times.max);
+        }
+    }
+    return sum;
 }
 
 namespace detail {

@@ -154,7 +154,9 @@ TEST_CASE("join_handle::cancel cancels a task parked on kv_get", "[custom_awaite
 
 TEST_CASE("a cancel after the vendor answered: the wait completes later, with the value", "[custom_awaiter][cancel]") {
     vendor::kv_client client;
-    client.put("key", "value");
+    // Answered a little later: after the tick that sent the request ended
+    // (answered at once, the answer could be run by that same tick).
+    client.put("key", "value", 20ms);
     loop l;
     auto h = l.spawn(fetch(client, "key"), "reader");
     settle(l, 1);

@@ -5,6 +5,7 @@
 // opt-in run-time histogram and the dump's frame sizes.
 #include "support.hpp"
 
+#include <spindle/loop_group.hpp>
 #include <spindle/loop_thread.hpp>
 #include <spindle/net.hpp>
 
@@ -377,4 +378,37 @@ TEST_CASE("run times: a histogram per task and per loop, and frame sizes in the 
     CHECK(plain.tasks().at(0).frame_size > 0);
     CHECK(plain.dump_tasks().find("frame") == std::string::npos);
     p.abort();
+}
+
+TEST_CASE("metrics: a loop group's snapshots, one per loop, and their total", "[metrics][threads]") {
+    spindle::loop_group_options options;
+    options.threads = 2;
+    spindle::loop_group group(options);
+    std::atomic<int> ready{0};
+    std::vector<loop_metrics> seen;
+    loop_metrics sum;
+    const int status = group.run([&](std::stop_token) -> task<void> {
+        for (int i = 0; i < 5; ++i) loop::current().spawn(finish_at_once()).detach();
+        co_await spindle::yield();
+        co_await spindle::yield();
+        ++ready;
+        while (ready.load() < 2) (void)co_await spindle::sleep_for(1ms);
+        if (spindle::loop_group::current_index() == 0) {
+            seen = spindle::loop_group::current().metrics();
+            sum = spindle::total(seen);
+        }
+    });
+    CHECK(status == 0);
+    REQUIRE(seen.size() == 2);
+    std::uint64_t spawned = 0;
+    std::uint64_t resumes = 0;
+    for (const loop_metrics& m : seen) {
+        CHECK(m.tasks_finished >= 5);  // each loop's own five, at least
+        spawned += m.tasks_spawned;
+        resumes += m.resumes;
+    }
+    CHECK(sum.tasks_spawned == spawned);
+    CHECK(sum.resumes == resumes);
+    CHECK(sum.tasks_spawned >= 12);  // five and a main on each loop
+    CHECK(sum.ready_depth_max == std::max(seen[0].ready_depth_max, seen[1].ready_depth_max));
 }

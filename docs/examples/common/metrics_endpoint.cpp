@@ -14,10 +14,7 @@ std::string scrape_metrics() {
     if (loop_group* group = loop_group::current_or_null()) {
         // Another loop's metrics() may be read from this thread; its loop
         // outlives every main of the group, so also this scrape.
-        std::vector<loop_metrics> loops;
-        loops.reserve(group->size());
-        for (std::size_t i = 0; i < group->size(); ++i) loops.push_back(group->at(i).metrics());
-        return to_prometheus(loops);
+        return to_prometheus(group->metrics());
     }
     return to_prometheus(loop::current().metrics());
 }

@@ -114,6 +114,9 @@ public:
     /// Loop `index`, for post() from threads outside the group while run()
     /// runs (after every loop is built: the mains have started).
     loop& at(std::size_t index);
+    /// Every loop's metrics, loop i at index i (see loop::metrics; total()
+    /// adds them up). Any thread, while run() runs.
+    [[nodiscard]] std::vector<loop_metrics> metrics();
 
 private:
     int run_erased(std::function<task<int>(std::stop_token)> main);

@@ -90,6 +90,10 @@ struct loop_metrics {
     }
 };
 
+/// Several loops' snapshots as one (a loop group's): counters, gauges and
+/// histograms added up, ready_depth_max and the longest resume the largest.
+loop_metrics total(std::span<const loop_metrics> loops) noexcept;
+
 /// The snapshot in the Prometheus text exposition format (version 0.0.4):
 /// a HELP and a TYPE line per metric, counters ending in `_total`, times in
 /// seconds, names prefixed `spindle_`.
