@@ -264,13 +264,20 @@ void loop_core::schedule(task_header& t) noexcept {
 }
 
 void loop_core::task_finished(task_header& t) noexcept {
-    // Finished inside its own resume: the tick must not touch `t` after it.
-    if (&t == m_running.load()) note_task_ended(t);
+    // Finished inside its own resume: the tick must not touch `t` after it,
+    // which it learns from m_running (the stall monitor too: no resume runs).
+    if (&t == m_running.load()) {
+        m_finished_id = t.m_id;
+        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
+            on_stall_flag(&t, m_resumes_until_check.load(), true);
+        m_running = nullptr;
+    }
     t.m_finish(t);  // takes the result and destroys the frame
     t.all_hook().unlink();
     --m_task_count;
     ++m_counters.tasks_finished;
-    if (t.m_status == task_status::failed) ++m_counters.tasks_failed;
+    if (t.m_status == task_status::failed) [[unlikely]]
+        ++m_counters.tasks_failed;
     if (t.m_status == task_status::failed && t.m_refs == 1) log_unobserved_failure(t);
     if (waiter* joiner = std::exchange(t.m_joiner, nullptr)) joiner->complete();
     release_task(t);

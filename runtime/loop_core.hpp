@@ -133,7 +133,6 @@ private:
     void record_run_time(run_time_histogram* own, std::int64_t ran) noexcept;
     void on_stall_flag(task_header* t, unsigned countdown, bool finishing = false) noexcept;
     void report_stall(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept;
-    void note_task_ended(task_header& t) noexcept;
     void enter_loop() noexcept;
     void leave_loop() noexcept;
     std::chrono::nanoseconds poll_timeout(std::chrono::nanoseconds max_wait);

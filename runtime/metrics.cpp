@@ -34,6 +34,7 @@ loop_metrics loop::metrics() const noexcept {
     if (detail::current_core_or_null() == &core) busy += detail::now_real_ns() - core.awake_since_ns();
     m.busy_time = std::chrono::nanoseconds(busy);
     m.wait_time = std::chrono::nanoseconds(c.wait_ns.load());
+    m.tasks_alive = core.task_count();
     m.tasks_spawned = core.tasks_spawned();
     m.tasks_finished = c.tasks_finished;
     m.tasks_failed = c.tasks_failed;
@@ -46,7 +47,6 @@ loop_metrics loop::metrics() const noexcept {
     m.remote_wakeups = c.remote_wakeups.load(std::memory_order_relaxed);
     m.accept_backoffs = c.accept_backoffs;
     m.stalls = c.stalls;
-    m.tasks_alive = core.task_count();
     m.ready_depth = c.ready_depth;
     m.ready_depth_max = std::max(c.ready_depth_max.exchange(m.ready_depth), m.ready_depth);
     for (std::size_t k = 0; k < io_kind_count; ++k)

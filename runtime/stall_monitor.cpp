@@ -153,16 +153,6 @@ void loop_core::flag_stall(const resume_probe& probe, std::int64_t since_ns) noe
     (void)m_resumes_until_check.compare_exchange_release(probe.countdown, 0);
 }
 
-void loop_core::note_task_ended(task_header& t) noexcept {
-    // The task finishes inside its own resume: after it, `t` may be freed,
-    // which the tick learns from m_running (and the monitor too: no resume
-    // runs any more).
-    m_finished_id = t.m_id;
-    if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
-        on_stall_flag(&t, m_resumes_until_check.load(), true);
-    m_running = nullptr;
-}
-
 void loop_core::on_stall_flag(task_header* t, unsigned countdown, bool finishing) noexcept {
     if (!m_stall_flag.exchange(false, std::memory_order_acquire)) return;
     const std::int64_t since = m_stall_since_ns.load(std::memory_order_relaxed);
