@@ -226,6 +226,7 @@ void loop_core::shutdown() noexcept {
     m_ready.clear();
     m_batch.clear();
     m_idle.clear();
+    m_run_times.clear();
     // Posts that never ran are destroyed unrun.
     while (post_node* node = m_posts.pop()) node->m_call(node, false);
     m_watchers.detach_all();
@@ -278,6 +279,8 @@ void loop_core::task_finished(task_header& t) noexcept {
     ++m_counters.tasks_finished;
     if (t.m_status == task_status::failed) [[unlikely]]
         ++m_counters.tasks_failed;
+    if (m_options.task_run_histogram) [[unlikely]]
+        m_run_times.erase(&t);
     if (t.m_status == task_status::failed && t.m_refs == 1) log_unobserved_failure(t);
     if (waiter* joiner = std::exchange(t.m_joiner, nullptr)) joiner->complete();
     release_task(t);
@@ -293,6 +296,8 @@ void loop_core::abort_task(task_header& t) {
     t.m_status = task_status::aborted;
     --m_task_count;
     ++m_counters.tasks_finished;
+    if (m_options.task_run_histogram) [[unlikely]]
+        m_run_times.erase(&t);
     // Keep the header alive while the frame's destructors run.
     ++t.m_refs;
     destroy_frame(t);
@@ -424,8 +429,8 @@ inline void loop_core::resume_batch() noexcept {
         m_running = t;
         t_budget = full_budget;
         if constexpr (Timed) {
-            if (!t->m_run_times) t->m_run_times = std::make_unique<run_time_histogram>();
-            run_time_histogram* own = t->m_run_times.get();
+            // Found before the resume: afterwards `t` (and its entry) may be gone.
+            run_time_histogram* own = &m_run_times[t];
             t->m_resume.resume();
             const std::int64_t end = steady_ns();
             // The task's own histogram went with its header if it finished

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 namespace spindle::detail {
@@ -64,6 +65,11 @@ public:
     std::uint64_t tasks_spawned() const noexcept { return m_next_task_id.load() - 1; }
     std::uint64_t posts_run() const noexcept { return m_posts_run.load(); }
     const intrusive_list<task_header, all_tag>& all_tasks() const noexcept { return m_all; }
+    /// With loop_options::task_run_histogram: a task's resume durations, or null.
+    const run_time_histogram* run_times_of(const task_header& t) const noexcept {
+        auto it = m_run_times.find(&t);
+        return it == m_run_times.end() ? nullptr : &it->second;
+    }
     void add_idle_waiter(idle_wait& w) noexcept { m_idle.push_back(w); }
 
     // --- running
@@ -190,6 +196,9 @@ private:
     // m_running): after that resume its header may be gone.
     std::uint64_t m_finished_id = 0;
     bool m_watched = false;  // registered with the stall monitor
+    // loop_options::task_run_histogram: each live task's resume durations,
+    // kept beside the tasks so a task header costs no more without it.
+    std::unordered_map<const task_header*, run_time_histogram> m_run_times;
 };
 
 /// Logs the exception in flight from a callback (a post, a timer, a watcher):

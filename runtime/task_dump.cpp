@@ -22,9 +22,9 @@ std::vector<task_info> loop::tasks() const {
         info.id = t.m_id;
         info.name = t.m_name;
         info.frame_size = t.m_frame_size;
-        if (t.m_run_times) {
+        if (const run_time_histogram* times = core.run_times_of(t)) {
             info.has_run_times = true;
-            info.run_times = *t.m_run_times;
+            info.run_times = *times;
         }
         if (&t == core.running_task()) {
             info.state = task_info::state_kind::running;

@@ -4,12 +4,10 @@
 // task finishes or is aborted; its result waits here).
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/metrics.hpp>
 
 #include <coroutine>
 #include <cstdint>
 #include <exception>
-#include <memory>
 #include <string>
 
 namespace spindle {
@@ -85,9 +83,6 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     const wait_info* m_wait_info = nullptr;
     void* m_wait = nullptr;
     std::int64_t m_parked_at = 0;
-    /// loop_options::task_run_histogram: this task's resume durations, made
-    /// on its first timed resume.
-    std::unique_ptr<run_time_histogram> m_run_times;
 
     /// A wait that parks now must be cancelled at once.
     bool cancel_pending() const noexcept {
