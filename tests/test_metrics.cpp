@@ -33,6 +33,8 @@ using spindle::test::run_with_watchdog;
 
 namespace {
 
+volatile char g_sink = 0;
+
 std::uint64_t in_flight(const loop_metrics& m, io_kind k) { return m.io_in_flight[static_cast<std::size_t>(k)]; }
 
 task<void> finish_at_once() { co_return; }
@@ -337,9 +339,11 @@ TEST_CASE("run times: a histogram per task and per loop, and frame sizes in the 
         std::array<char, 4096> scratch{};
         scratch[0] = 1;
         co_await spindle::yield();
+        // Used on both sides of the waits, so the frame must hold it.
+        scratch[4095] = static_cast<char>(scratch[0] + 1);
         spin_for(3ms);
         (void)co_await spindle::sleep_for(1h);
-        (void)scratch;
+        g_sink = scratch[4095];
     };
     auto h = l.spawn(big(), "big");
     auto small = l.spawn(yield_times(10), "small");
