@@ -16,9 +16,11 @@
 #include <optional>
 #include <ctime>
 #include <random>
+#include <utility>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -29,6 +31,14 @@ double wall_ns() {
     return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
+}
+
+/// User and system CPU time of the process, ns.
+std::pair<double, double> user_sys_ns() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    auto ns = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) * 1e9 + static_cast<double>(tv.tv_usec) * 1e3; };
+    return {ns(ru.ru_utime), ns(ru.ru_stime)};
 }
 
 double cpu_ns() {
@@ -102,9 +112,11 @@ struct fire_count {
 
 void count_fire(void* ctx) { ++static_cast<fire_count*>(ctx)->fired; }
 
-void bench_timers_fire() {
+void timers_fire_round(const char* name, std::chrono::nanoseconds slack) {
     constexpr long n = 1'000'000;
-    spindle::loop loop;
+    spindle::loop_options options;
+    options.timer_slack = slack;
+    spindle::loop loop(options);
     std::deque<spindle::timer> timers;
     std::mt19937_64 rng(42);
     std::uniform_int_distribution<long> spread(0, 999'999'999);
@@ -118,23 +130,37 @@ void bench_timers_fire() {
     for (int round = 1; round <= 2; ++round) {
         for (auto& d : delays) d = spread(rng);
         count.fired = 0;
+        const auto [u0, s0] = user_sys_ns();
         double c0 = cpu_ns();
         double w0 = wall_ns();
         for (long i = 0; i < n; ++i)
             timers[static_cast<std::size_t>(i)].start(std::chrono::nanoseconds(delays[static_cast<std::size_t>(i)]),
                                                       &count_fire, &count);
         double c1 = cpu_ns();
+        const spindle::loop_metrics m0 = loop.metrics();
         loop.run();
         double c2 = cpu_ns();
         double w2 = wall_ns();
+        const spindle::loop_metrics m1 = loop.metrics();
+        const auto [u2, s2] = user_sys_ns();
         if (round == 1) cold = (c2 - c0) / n;
         if (round < 2) continue;
         std::printf(
-            "timers_fire ns_per_op=%.1f timers=%ld fired=%ld schedule_cpu_ns=%.1f fire_cpu_ns=%.1f first_round_ns_per_op=%.1f "
-            "wall_s=%.2f peak_rss_mib=%.0f\n",
-            (c2 - c0) / n, n, count.fired, (c1 - c0) / n, (c2 - c1) / n, cold, (w2 - w0) / 1e9,
-            static_cast<double>(peak_rss_kib()) / 1024.0);
+            "%s ns_per_op=%.1f timers=%ld fired=%ld schedule_cpu_ns=%.1f fire_cpu_ns=%.1f first_round_ns_per_op=%.1f "
+            "wall_s=%.2f peak_rss_mib=%.0f user_ns=%.0f sys_ns=%.0f sleeps_per_s=%.0f ticks=%llu\n",
+            name, (c2 - c0) / n, n, count.fired, (c1 - c0) / n, (c2 - c1) / n, cold, (w2 - w0) / 1e9,
+            static_cast<double>(peak_rss_kib()) / 1024.0, (u2 - u0) / n, (s2 - s0) / n,
+            static_cast<double>(m1.sleeps - m0.sleeps) / ((w2 - w0) / 1e9),
+            static_cast<unsigned long long>(m1.ticks - m0.ticks));
     }
+}
+
+// The loop's default grid for timer wake-ups (50 us), and a 1 ms grid: the
+// resolution of Tokio's and libuv's timers. Most of the CPU time per timer is
+// the wake-ups' (a sleep in the kernel and back), so the grid sets it.
+void bench_timers_fire() {
+    timers_fire_round("timers_fire", spindle::loop_options{}.timer_slack);
+    timers_fire_round("timers_fire_slack_1ms", std::chrono::milliseconds(1));
 }
 
 void bench_timers_cancel() {
@@ -156,6 +182,47 @@ void bench_timers_cancel() {
     loop.run();  // nothing left: returns at once
     std::printf("timers_cancel ns_per_op=%.1f timers=%ld schedule_ns=%.1f fired=%ld\n", (c2 - c1) / n, n, (c1 - c0) / n,
                 count.fired);
+}
+
+// --- sleeping tasks: memory per task ------------------------------------------
+
+long resident_kib() {
+    long pages_total = 0, pages_resident = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+        std::fclose(f);
+    }
+    return pages_resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+spindle::task<void> sleeper(std::chrono::nanoseconds d) { (void)co_await spindle::sleep_for(d); }
+
+void bench_sleeping_tasks() {
+    // 100,000 tasks each asleep for a random 0-1000 ms: resident memory per
+    // task, (peak RSS - RSS before spawning) / tasks, with every task parked.
+    // Run alone (`spindle-bench sleeping_tasks`) for a clean figure: earlier
+    // cases leave memory in the allocator's free lists.
+    constexpr long n = 100'000;
+    std::mt19937_64 rng(1);
+    std::uniform_int_distribution<long> spread(0, 999'999'999);
+    std::vector<long> delays(n);
+    for (auto& d : delays) d = spread(rng);
+    spindle::loop loop;
+    const long before_kib = resident_kib();
+    for (long i = 0; i < n; ++i)
+        loop.spawn(sleeper(std::chrono::nanoseconds(delays[static_cast<std::size_t>(i)]))).detach();
+    (void)loop.run_once(std::chrono::nanoseconds::zero());  // every task runs to its sleep
+    const long parked_kib = resident_kib();
+    const spindle::loop_metrics m = loop.metrics();
+    const double w0 = wall_ns();
+    loop.run();
+    const double w1 = wall_ns();
+    const long peak_kib = std::max(parked_kib, peak_rss_kib());
+    std::printf("sleeping_tasks bytes_per_task=%.0f tasks=%ld parked=%llu timers_pending=%llu rss_before_kib=%ld "
+                "rss_parked_kib=%ld wall_s=%.2f\n",
+                static_cast<double>(peak_kib - before_kib) * 1024.0 / n, n,
+                static_cast<unsigned long long>(m.tasks_alive), static_cast<unsigned long long>(m.timers_pending), before_kib,
+                parked_kib, (w1 - w0) / 1e9);
 }
 
 // --- posts from another thread ----------------------------------------------------
@@ -298,6 +365,7 @@ constexpr bench_case cases[] = {
     {"spawn", &bench_spawn},
     {"timers_fire", &bench_timers_fire},
     {"timers_cancel", &bench_timers_cancel},
+    {"sleeping_tasks", &bench_sleeping_tasks},
     {"post_cross_thread", &bench_post_cross_thread},
     {"mutex", &bench_mutex},
     {"channel", &bench_channel},

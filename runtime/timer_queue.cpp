@@ -9,6 +9,11 @@ namespace {
 // floor, so small queues never bother) keeps cancel amortised O(1).
 constexpr std::size_t purge_floor = 256;
 
+// How far ahead of the timer being fired its successors are fetched: the slot
+// table entry first, then (once that has arrived) the timer it points to.
+constexpr std::size_t prefetch_slot_ahead = 32;
+constexpr std::size_t prefetch_timer_ahead = 16;
+
 bool seq_before(std::uint32_t a, std::uint32_t b) noexcept {
     // Sequence numbers wrap; compare them as a distance.
     return static_cast<std::int32_t>(a - b) < 0;
@@ -16,6 +21,13 @@ bool seq_before(std::uint32_t a, std::uint32_t b) noexcept {
 }  // namespace
 
 std::uint32_t timer_queue::take_slot(timer_node& node) {
+    // Every slot free (the queue ran dry): start again from slot 0, so timers
+    // armed one after another get neighbouring slots, not the scattered order
+    // in which the last ones fired.
+    if (m_free_slots.size() == m_slots.size()) {
+        m_free_slots.clear();
+        m_slots.clear();
+    }
     if (!m_free_slots.empty()) {
         std::uint32_t s = m_free_slots.back();
         m_free_slots.pop_back();
@@ -30,28 +42,24 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
     return static_cast<std::uint32_t>(m_slots.size() - 1);
 }
 
-void timer_queue::put(const entry& e) {
-    const int b = bucket_of(e.key);
-    bucket& bk = m_buckets[static_cast<std::size_t>(b)];
-    bk.items.push_back(e);
-    if (b > 0) {
-        bk.min = std::min(bk.min, e.key);
-        m_nonempty |= std::uint64_t{1} << (b - 1);
-    }
+inline void timer_queue::put(const entry& e) {
+    const int level = level_of(e.key, m_elapsed);
+    const std::size_t index = index_of(e.key, level);
+    wheel_slot& s = slot_at(level, index);
+    s.items.push_back(e);
+    if (e.key < s.min) s.min = e.key;
+    m_occupied[static_cast<std::size_t>(level)] |= std::uint64_t{1} << index;
+    m_levels |= 1u << level;
 }
 
 void timer_queue::insert(timer_node& node, std::int64_t deadline) {
     std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
-    if (key < m_last) key = m_last;  // already due: the queue only moves forward
+    if (key < m_elapsed) key = m_elapsed;  // already due: the wheel only moves forward
     std::uint32_t slot = take_slot(node);
     try {
-        // Bucket 0 is kept in sequence order; a new entry has the highest sequence.
-        // Armed by a callback of fire_expired: kept aside until it returns, so it
-        // neither fires in this call nor holds back what is due.
-        if (m_firing)
-            m_staged.push_back(entry{key, m_seq, slot});
-        else
-            put(entry{key, m_seq, slot});
+        // Armed by a callback of fire_expired: it goes into the wheel, not into
+        // the due run being fired, so it waits for the next call.
+        put(entry{key, m_seq, slot});
     } catch (...) {
         m_slots[slot] = nullptr;
         free_slot(slot);
@@ -68,93 +76,96 @@ void timer_queue::cancel(timer_node& node) noexcept {
     node.m_slot = timer_node::no_slot;
     --m_live;
     ++m_dead;
-    if (m_dead > purge_floor && m_dead > m_live) purge();
-}
-
-void timer_queue::drop_dead_front() noexcept {
-    auto& front = m_buckets[0].items;
-    while (m_front < front.size() && m_slots[front[m_front].slot] == nullptr) {
-        free_slot(front[m_front].slot);
-        --m_dead;
-        ++m_front;
-    }
-    if (m_front == front.size()) {
-        front.clear();
-        m_front = 0;
-    }
+    // Not while firing: the due run refers to slots by position.
+    if (!m_firing && m_dead > purge_floor && m_dead > m_live) purge();
 }
 
 std::int64_t timer_queue::next_deadline() noexcept {
     // Only cancelled entries left: nothing would ever fire to drop them, and
     // their deadlines would make the loop wake (or spin) for nothing.
     if (m_live == 0) {
-        if (m_dead > 0) purge();
+        if (m_dead > 0 && !m_firing) purge();
         return no_deadline;
     }
-    drop_dead_front();
-    if (!m_buckets[0].items.empty()) return static_cast<std::int64_t>(m_last);
-    if (m_nonempty == 0) return no_deadline;
-    const int b = __builtin_ctzll(m_nonempty) + 1;
-    return static_cast<std::int64_t>(m_buckets[static_cast<std::size_t>(b)].min);
+    if (!m_due.empty()) return static_cast<std::int64_t>(m_elapsed);  // left by a throw
+    if (m_levels == 0) return no_deadline;
+    // The lowest occupied slot of the lowest level holds the earliest deadline.
+    const int level = __builtin_ctz(m_levels);
+    const auto index = static_cast<std::size_t>(__builtin_ctzll(m_occupied[static_cast<std::size_t>(level)]));
+    return static_cast<std::int64_t>(slot_at(level, index).min);
 }
 
-// Bucket 0 is empty: if the lowest bucket holds a deadline due at `now`, move
-// its entries down, so bucket 0 gets every entry with the smallest deadline.
-bool timer_queue::refill_bucket0(std::int64_t now) {
-    if (m_nonempty == 0) return false;
-    const int b = __builtin_ctzll(m_nonempty) + 1;
-    bucket& bk = m_buckets[static_cast<std::size_t>(b)];
-    if (static_cast<std::int64_t>(bk.min) > now) return false;
-    m_last = bk.min;  // never beyond `now`, so later deadlines are never below it
-    // Copied out rather than swapped, so every bucket keeps its capacity and a
-    // steady state allocates nothing.
-    m_scratch.assign(bk.items.begin(), bk.items.end());
-    bk.items.clear();
-    bk.min = std::numeric_limits<std::uint64_t>::max();
-    m_nonempty &= ~(std::uint64_t{1} << (b - 1));
-    // Every entry lands in a lower bucket: they all share bit b-1 with m_last now.
-    for (const entry& e : m_scratch) put(e);
-    m_scratch.clear();
-    // Entries with equal deadlines may have reached bucket 0 from different
-    // buckets; restore insertion order among them.
-    auto& front = m_buckets[0].items;
-    if (front.size() > 1)
-        std::sort(front.begin(), front.end(), [](const entry& a, const entry& c) { return seq_before(a.seq, c.seq); });
-    return true;
-}
-
-std::size_t timer_queue::fire_expired(std::int64_t now) {
-    struct firing_scope {
-        bool& flag;
-        explicit firing_scope(bool& f) : flag(f) { flag = true; }
-        ~firing_scope() { flag = false; }
-    };
-    std::size_t fired;
-    {
-        firing_scope scope(m_firing);
-        fired = fire_due(now);
-    }
-    for (const entry& e : m_staged) put(entry{std::max(e.key, m_last), e.seq, e.slot});
-    m_staged.clear();
-    return fired;
-}
-
-std::size_t timer_queue::fire_due(std::int64_t now) {
-    std::size_t fired = 0;
-    for (;;) {
-        auto& front = m_buckets[0].items;
-        if (m_front == front.size()) {
-            front.clear();
-            m_front = 0;
-            if (!refill_bucket0(now)) return fired;
+// Moves every entry due at `now` into m_due, in (deadline, sequence) order,
+// by taking out occupied slots lowest first while they start no later than
+// `now`: a slot that ends by `now` to the due run, one that straddles it a
+// level or more down.
+void timer_queue::collect_due(std::int64_t now) {
+    if (now < 0) return;
+    const auto t = static_cast<std::uint64_t>(now);
+    while (m_levels != 0) {
+        const int level = __builtin_ctz(m_levels);
+        auto& occupied = m_occupied[static_cast<std::size_t>(level)];
+        const auto index = static_cast<std::size_t>(__builtin_ctzll(occupied));
+        const int shift = level * level_bits;
+        // The bits a slot of this level shares with m_elapsed: all above the level.
+        const std::uint64_t within = shift + level_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << (shift + level_bits)) - 1;
+        const std::uint64_t start = (m_elapsed & ~within) | (static_cast<std::uint64_t>(index) << shift);
+        if (start > t) return;
+        wheel_slot& s = slot_at(level, index);
+        occupied &= ~(std::uint64_t{1} << index);
+        if (occupied == 0) m_levels &= ~(1u << level);
+        m_elapsed = start;
+        s.min = std::numeric_limits<std::uint64_t>::max();
+        const std::uint64_t end = start + ((std::uint64_t{1} << shift) - 1);  // level 0: start
+        if (end <= t) {
+            // Due as a whole, and earlier than everything left: sorting it is
+            // cheaper than moving its entries down level by level. (A slot of
+            // level 0 holds one deadline: entries that came down from
+            // different slots may be out of sequence order.)
+            const std::size_t first = m_due.size();
+            m_due.insert(m_due.end(), s.items.begin(), s.items.end());
+            s.items.clear();
+            if (m_due.size() - first > 1)
+                std::sort(m_due.begin() + static_cast<std::ptrdiff_t>(first), m_due.end(), [](const entry& a, const entry& b) {
+                    return a.key != b.key ? a.key < b.key : seq_before(a.seq, b.seq);
+                });
             continue;
         }
-        const entry e = front[m_front];
-        if (static_cast<std::int64_t>(e.key) > now) return fired;
-        ++m_front;
-        timer_node* node = m_slots[e.slot];
-        m_slots[e.slot] = nullptr;
-        free_slot(e.slot);
+        // Every entry shares all bits above `shift` with `start`: it lands lower.
+        std::size_t moved = 0;
+        try {
+            for (; moved < s.items.size(); ++moved) put(s.items[moved]);
+        } catch (...) {
+            // Out of memory: keep each entry exactly once, the rest where it was.
+            s.items.erase(s.items.begin(), s.items.begin() + static_cast<std::ptrdiff_t>(moved));
+            for (const entry& e : s.items) s.min = std::min(s.min, e.key);
+            occupied |= std::uint64_t{1} << index;
+            m_levels |= 1u << level;
+            throw;
+        }
+        s.items.clear();
+    }
+}
+
+std::size_t timer_queue::fire_due() noexcept {
+    // Callbacks may arm (into the wheel) or cancel (clearing a slot) any timer,
+    // but never touch m_due, so it is read in place.
+    const entry* due = m_due.data();
+    const std::size_t n = m_due.size();
+    std::size_t fired = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i + prefetch_slot_ahead < n) __builtin_prefetch(&m_slots[due[i + prefetch_slot_ahead].slot]);
+        if (i + prefetch_timer_ahead < n)
+            if (const timer_node* next = m_slots[due[i + prefetch_timer_ahead].slot]) {
+                // The node and what follows it (a timer's callback and context),
+                // which may lie on the next cache line.
+                __builtin_prefetch(next, 1);
+                __builtin_prefetch(reinterpret_cast<const char*>(next) + 56);
+            }
+        const std::uint32_t slot = due[i].slot;
+        timer_node* node = m_slots[slot];
+        m_slots[slot] = nullptr;
+        free_slot(slot);  // never allocates: room for every slot is kept
         if (!node) {
             --m_dead;
             continue;
@@ -162,53 +173,62 @@ std::size_t timer_queue::fire_due(std::int64_t now) {
         node->m_slot = timer_node::no_slot;
         --m_live;
         ++fired;
-        // The callback may arm or cancel any timer, this one included (an
-        // append to bucket 0 may move its storage: `front` is re-read above).
         node->m_fire(*node);
     }
+    m_due.clear();
+    return fired;
+}
+
+std::size_t timer_queue::fire_expired(std::int64_t now) {
+    if (m_firing) return 0;
+    collect_due(now);
+    if (m_due.empty()) return 0;
+    m_firing = true;
+    const std::size_t fired = fire_due();
+    m_firing = false;
+    if (m_dead > purge_floor && m_dead > m_live) purge();
+    return fired;
 }
 
 void timer_queue::purge() noexcept {
-    // Drop dead entries everywhere; bucket minimums are recomputed from the living.
-    auto& front = m_buckets[0].items;
-    front.erase(front.begin(), front.begin() + static_cast<std::ptrdiff_t>(m_front));
-    m_front = 0;
-    m_nonempty = 0;
-    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
-        bucket& bk = m_buckets[b];
-        bk.min = std::numeric_limits<std::uint64_t>::max();
-        auto keep = std::remove_if(bk.items.begin(), bk.items.end(), [this](const entry& e) {
-            if (m_slots[e.slot] != nullptr) return false;
-            free_slot(e.slot);
-            return true;
-        });
-        bk.items.erase(keep, bk.items.end());
-        if (b > 0 && !bk.items.empty()) {
-            for (const entry& e : bk.items) bk.min = std::min(bk.min, e.key);
-            m_nonempty |= std::uint64_t{1} << (b - 1);
-        }
-    }
-    auto keep = std::remove_if(m_staged.begin(), m_staged.end(), [this](const entry& e) {
+    // Drop dead entries everywhere; slot minimums are recomputed from the living.
+    auto dead = [this](const entry& e) {
         if (m_slots[e.slot] != nullptr) return false;
         free_slot(e.slot);
         return true;
-    });
-    m_staged.erase(keep, m_staged.end());
+    };
+    m_due.erase(std::remove_if(m_due.begin(), m_due.end(), dead), m_due.end());
+    for (int level = 0; level < level_count; ++level) {
+        auto& occupied = m_occupied[static_cast<std::size_t>(level)];
+        for (std::uint64_t bits = occupied; bits != 0; bits &= bits - 1) {
+            const auto index = static_cast<std::size_t>(__builtin_ctzll(bits));
+            wheel_slot& s = slot_at(level, index);
+            s.items.erase(std::remove_if(s.items.begin(), s.items.end(), dead), s.items.end());
+            s.min = std::numeric_limits<std::uint64_t>::max();
+            for (const entry& e : s.items) s.min = std::min(s.min, e.key);
+            if (s.items.empty()) occupied &= ~(std::uint64_t{1} << index);
+        }
+        if (occupied == 0) m_levels &= ~(1u << level);
+    }
     m_dead = 0;
 }
 
 void timer_queue::clear() noexcept {
-    for (const entry& e : m_staged)
+    auto disarm = [this](const entry& e) {
         if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
-    m_staged.clear();
-    for (bucket& bk : m_buckets) {
-        for (const entry& e : bk.items)
-            if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
-        bk.items.clear();
-        bk.min = std::numeric_limits<std::uint64_t>::max();
+    };
+    for (const entry& e : m_due) disarm(e);
+    m_due.clear();
+    for (int level = 0; level < level_count; ++level) {
+        for (std::uint64_t bits = m_occupied[static_cast<std::size_t>(level)]; bits != 0; bits &= bits - 1) {
+            wheel_slot& s = slot_at(level, static_cast<std::size_t>(__builtin_ctzll(bits)));
+            for (const entry& e : s.items) disarm(e);
+            s.items.clear();
+            s.min = std::numeric_limits<std::uint64_t>::max();
+        }
+        m_occupied[static_cast<std::size_t>(level)] = 0;
     }
-    m_front = 0;
-    m_nonempty = 0;
+    m_levels = 0;
     m_slots.clear();
     m_free_slots.clear();
     m_live = 0;

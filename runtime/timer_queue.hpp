@@ -1,14 +1,22 @@
 #pragma once
 // Timers ordered by (deadline, insertion sequence).
 //
-// A radix heap: deadlines leave the queue in non-decreasing order (the clock
-// only moves forward), so a timer can sit in the bucket named by the highest
-// bit in which its deadline differs from the last deadline taken out. Arming
-// appends a 16-byte entry to a bucket (O(1), no comparison with other timers);
-// taking timers out empties the lowest bucket into lower ones, moving each
-// entry a few times in all, always by sequential reads and appends. A binary or
-// 4-ary heap instead touches one entry per level on every pop, and at a million
-// timers the lower levels miss the cache every time.
+// A hierarchical timing wheel, as in the Linux kernel and Tokio, kept in
+// arrays: 11 levels of 64 slots, level L's slots each spanning 64^L ns, so
+// 1 ns at level 0 and the whole int64 range at the top. A timer sits at the
+// level of the highest 6-bit group in which its deadline differs from
+// `m_elapsed`, the start of the last slot taken out; so every timer of a level
+// is earlier than every timer of the levels above, and slots of a level are in
+// deadline order. Arming appends a 16-byte entry to one slot (O(1), no
+// comparison with other timers). Taking timers out visits only occupied slots
+// (found by bit scans): a due slot of level 0 holds one deadline and goes to
+// the due run as it is (sorted by sequence when it has several); a due slot
+// above moves its entries down a level or more. An entry moves at most once
+// per level, always by sequential reads and appends.
+//
+// The due run is then fired in order with its slots and timers prefetched a
+// few entries ahead: a million timers with random deadlines are a million
+// random memory accesses, and this way they overlap instead of queueing.
 //
 // Entries refer to timers through a slot table, which is what makes cancel
 // O(1): it only clears the slot; the dead entry is dropped when it is reached,
@@ -31,7 +39,7 @@ public:
     static constexpr std::int64_t no_deadline = std::numeric_limits<std::int64_t>::max();
 
     /// Arms `node` (which must not be armed) to fire at `deadline` (ns, steady
-    /// clock). A deadline earlier than one already fired counts as that one.
+    /// clock). A deadline earlier than one already taken out counts as that one.
     void insert(timer_node& node, std::int64_t deadline);
 
     /// Disarms `node`; it will not fire. No-op when not armed.
@@ -58,29 +66,36 @@ private:
         std::uint32_t seq;
         std::uint32_t slot;
     };
-    struct bucket {
+    struct wheel_slot {
         std::vector<entry> items;
         std::uint64_t min = std::numeric_limits<std::uint64_t>::max();
     };
-    static constexpr int bucket_count = 65;  // 0: key == m_last; i: highest differing bit is i-1
+    static constexpr int level_bits = 6;
+    static constexpr int slots_per_level = 1 << level_bits;
+    static constexpr int level_count = (64 + level_bits - 1) / level_bits;  // 11
 
-    int bucket_of(std::uint64_t key) const noexcept {
-        return key == m_last ? 0 : 64 - __builtin_clzll(key ^ m_last);
+    static int level_of(std::uint64_t key, std::uint64_t elapsed) noexcept {
+        const std::uint64_t differ = key ^ elapsed;
+        return differ == 0 ? 0 : (63 - __builtin_clzll(differ)) / level_bits;
     }
-    void put(const entry& e);
-    bool refill_bucket0(std::int64_t now);
-    void drop_dead_front() noexcept;
+    static std::size_t index_of(std::uint64_t key, int level) noexcept {
+        return static_cast<std::size_t>((key >> (level * level_bits)) & (slots_per_level - 1));
+    }
+    wheel_slot& slot_at(int level, std::size_t index) noexcept {
+        return m_wheel[static_cast<std::size_t>(level) * slots_per_level + index];
+    }
+    [[gnu::always_inline]] inline void put(const entry& e);
+    void collect_due(std::int64_t now);
+    std::size_t fire_due() noexcept;
     void purge() noexcept;
-    std::size_t fire_due(std::int64_t now);
     std::uint32_t take_slot(timer_node& node);
     void free_slot(std::uint32_t slot) noexcept { m_free_slots.push_back(slot); }
 
-    std::array<bucket, bucket_count> m_buckets;
-    std::size_t m_front = 0;          // next entry of bucket 0 to take
-    std::uint64_t m_nonempty = 0;     // bit i-1 set: bucket i (1..64) has entries
-    std::uint64_t m_last = 0;         // the last deadline taken out
-    std::vector<entry> m_scratch;     // a bucket being emptied
-    std::vector<entry> m_staged;      // armed during fire_expired: queued after it
+    std::array<wheel_slot, static_cast<std::size_t>(level_count) * slots_per_level> m_wheel;
+    std::array<std::uint64_t, level_count> m_occupied{};  // bit i: slot i of the level has entries
+    std::uint32_t m_levels = 0;                           // bit L: level L has entries
+    std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
+    std::vector<entry> m_due;     // taken out by fire_expired, fired in order
     bool m_firing = false;
     std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
     std::vector<std::uint32_t> m_free_slots;
