@@ -379,8 +379,12 @@ TEST_CASE("100,000 random timers fire once each, in deadline order, never early"
     s.timers.clear();  // before the loop
 }
 
-TEST_CASE("timer_queue matches a reference model under 100,000 random operations", "[timers][queue]") {
-    queue_model m(4096);
+namespace {
+/// Runs 100,000 random operations on the queue and its model; `delay()` gives
+/// a new timer's deadline after the model's now, `advance()` how far a fire
+/// call moves time.
+template <class Delay, class Advance>
+void run_queue_model(queue_model& m, Delay delay, Advance advance) {
     long size_mismatch = 0, late_next = 0, stale_empty = 0, count_mismatch = 0, missed = 0, due_after_fire = 0;
     long first_bad_op = -1, empty_states = 0;
     std::uniform_int_distribution<int> percent(0, 99);
@@ -396,15 +400,14 @@ TEST_CASE("timer_queue matches a reference model under 100,000 random operations
         const int cancel_p = phase == 1 ? 70 : phase == 3 ? 50 : 10;
         const int roll = percent(m.rng);
         if (roll < insert_p) {
-            // Ties are common: deadlines on a 10 ns grid over 10 us.
-            m.insert(m.pick(), m.now + 10 * static_cast<std::int64_t>(m.rng() % 1000));
+            m.insert(m.pick(), m.now + delay());
         } else if (roll < insert_p + cancel_p) {
             int id = m.pick();
             for (int tries = 0; tries < 8 && !m.node(id).armed(); ++tries) id = m.pick();
             if (phase == 3 && !m.armed.empty()) id = m.armed.begin()->second;
             m.cancel(id);
         } else {
-            const std::int64_t at = m.now + static_cast<std::int64_t>(m.rng() % 40);
+            const std::int64_t at = m.now + advance();
             const std::size_t got = m.fire(at);
             if (got != m.fired) ++count_mismatch;
             if (m.left_behind() != 0) ++missed;
@@ -430,6 +433,42 @@ TEST_CASE("timer_queue matches a reference model under 100,000 random operations
     CHECK(late_next == 0);
     CHECK(stale_empty == 0);
     m.q.clear();
+}
+}  // namespace
+
+TEST_CASE("timer_queue matches a reference model under 100,000 random operations", "[timers][queue]") {
+    queue_model m(4096);
+    // Ties are common: deadlines on a 10 ns grid over 10 us.
+    run_queue_model(
+        m, [&] { return 10 * static_cast<std::int64_t>(m.rng() % 1000); },
+        [&] { return static_cast<std::int64_t>(m.rng() % 40); });
+}
+
+TEST_CASE("timer_queue matches the model at every scale, from nanoseconds to centuries", "[timers][queue]") {
+    // Delays of 2^k ns for any k up to 62 (146 years), and time moving in jumps
+    // of any size, so timers enter at every level of the wheel and come down
+    // through the others; a few shared absolute deadlines, armed at different
+    // times from different levels, must still fire in arming order.
+    queue_model m(4096);
+    std::array<std::int64_t, 4> shared{};
+    auto scaled = [&](int max_bits) {
+        const int bits = static_cast<int>(m.rng() % static_cast<unsigned>(max_bits + 1));
+        const std::uint64_t span = std::uint64_t{1} << bits;
+        return static_cast<std::int64_t>((static_cast<std::uint64_t>(m.rng()) << 32 | m.rng()) % span);
+    };
+    long refresh = 0;
+    run_queue_model(
+        m,
+        [&]() -> std::int64_t {
+            if (refresh++ % 5000 == 0)
+                for (auto& d : shared) d = m.now + scaled(40);
+            if (m.rng() % 4 == 0) {
+                const std::int64_t d = shared[m.rng() % shared.size()] - m.now;
+                if (d >= 0) return d;
+            }
+            return scaled(62);
+        },
+        [&] { return m.rng() % 8 == 0 ? scaled(44) : scaled(20); });
 }
 
 TEST_CASE("timer_queue: a timer armed by a callback with a due deadline waits for the next call", "[timers][queue]") {
