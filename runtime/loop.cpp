@@ -116,7 +116,9 @@ bool budget_exempt() noexcept {
     return true;
 }
 
-void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns) { core.timers().insert(node, deadline_ns); }
+void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns) {
+    core.timers().insert(node, deadline_ns, core.recent_ns());
+}
 void disarm_timer(loop_core& core, timer_node& node) noexcept {
     if (node.armed()) core.timers().cancel(node);
 }
@@ -189,6 +191,7 @@ loop_core::loop_core(loop& owner, loop_options options)
     // after each of the first few dozen, never after 16 long ones.
     m_resume_ns = std::max<std::int64_t>(m_poll_interval_ns, 1);
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
+    m_timers.set_slack(m_options.timer_slack.count(), m_options.scaled_timer_slack);
     m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
@@ -547,10 +550,9 @@ std::chrono::nanoseconds loop_core::poll_timeout(std::chrono::nanoseconds max_wa
         return nanoseconds::zero();
     // Whoever drives the loop is about to return: a last look at the OS, no wait.
     if (!has_work() || (m_awaited && m_awaited->m_status != task_status::running)) return nanoseconds::zero();
-    std::int64_t deadline = m_timers.next_deadline();
+    // The timers' slack (the grid, and more for long ones) is the queue's.
+    const std::int64_t deadline = m_timers.next_wake();
     if (deadline == timer_queue::no_deadline) return max_wait;  // negative: no limit
-    if (const std::int64_t slack = m_options.timer_slack.count(); slack > 0 && deadline < timer_queue::no_deadline - slack)
-        deadline = (deadline + slack - 1) / slack * slack;  // up to the grid: late by < slack, never early
     nanoseconds until(std::max<std::int64_t>(0, deadline - clock_ns()));
     if (max_wait < nanoseconds::zero()) return until;
     return std::min(until, max_wait);

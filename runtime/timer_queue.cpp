@@ -1,6 +1,7 @@
 #include "timer_queue.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace spindle::detail {
 
@@ -14,11 +15,32 @@ constexpr std::size_t purge_floor = 256;
 constexpr std::size_t prefetch_slot_ahead = 32;
 constexpr std::size_t prefetch_timer_ahead = 16;
 
+// A timer armed this many grid steps ahead or more gets slack of 1/1024 of its delay.
+constexpr int scaled_slack_shift = 10;
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+    std::uint64_t sum;
+    return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::uint64_t>::max() : sum;
+}
+
 bool seq_before(std::uint32_t a, std::uint32_t b) noexcept {
     // Sequence numbers wrap; compare them as a distance.
     return static_cast<std::int32_t>(a - b) < 0;
 }
 }  // namespace
+
+void timer_queue::set_slack(std::int64_t grid_ns, bool scaled) noexcept {
+    m_grid = grid_ns > 0 ? static_cast<std::uint64_t>(grid_ns) : 0;
+    m_scaled_slack = scaled;
+}
+
+std::uint64_t timer_queue::wake_of(const entry& e) const noexcept {
+    if (e.slack_log2 != 0) return saturating_add(e.key, std::uint64_t{1} << e.slack_log2);
+    if (m_grid == 0) return e.key;
+    // Up to the grid: late by less than one step, never early.
+    const std::uint64_t up = saturating_add(e.key, m_grid - 1);
+    return up == std::numeric_limits<std::uint64_t>::max() ? up : up / m_grid * m_grid;
+}
 
 std::uint32_t timer_queue::take_slot(timer_node& node) {
     // Every slot free (the queue ran dry): start again from slot 0, so timers
@@ -34,6 +56,8 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
         m_slots[s] = &node;
         return s;
     }
+    if (m_slots.size() >= (std::size_t{1} << slot_bits) - 1)
+        throw std::length_error("spindle: more than 16,777,215 timers armed on one loop");
     // Keep room for every slot in the free list, so releasing one never
     // allocates; grow both before changing either, so a throw changes nothing.
     if (m_slots.size() == m_slots.capacity()) m_slots.reserve(m_slots.size() * 2 + 16);
@@ -48,18 +72,30 @@ inline void timer_queue::put(const entry& e) {
     wheel_slot& s = slot_at(level, index);
     s.items.push_back(e);
     if (e.key < s.min) s.min = e.key;
+    const std::uint64_t wake = wake_of(e);
+    if (wake < s.min_wake) s.min_wake = wake;
     m_occupied[static_cast<std::size_t>(level)] |= std::uint64_t{1} << index;
     m_levels |= 1u << level;
 }
 
-void timer_queue::insert(timer_node& node, std::int64_t deadline) {
+void timer_queue::insert(timer_node& node, std::int64_t deadline, std::int64_t now) {
     std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
     if (key < m_elapsed) key = m_elapsed;  // already due: the wheel only moves forward
+    std::uint32_t slack_log2 = 0;
+    if (m_scaled_slack && now < deadline && now >= 0) {
+        const std::uint64_t allowed = (static_cast<std::uint64_t>(deadline) - static_cast<std::uint64_t>(now)) >> scaled_slack_shift;
+        // A power of two no larger than 1/1024 of the delay; only where it beats the grid.
+        if (allowed > m_grid && allowed > 1) slack_log2 = static_cast<std::uint32_t>(63 - __builtin_clzll(allowed));
+        if ((std::uint64_t{1} << slack_log2) <= m_grid) slack_log2 = 0;
+    }
     std::uint32_t slot = take_slot(node);
     try {
         // Armed by a callback of fire_expired: it goes into the wheel, not into
         // the due run being fired, so it waits for the next call.
-        put(entry{key, m_seq, slot});
+        entry e{key, m_seq, 0, 0};
+        e.slot = slot & ((1u << slot_bits) - 1);
+        e.slack_log2 = slack_log2;
+        put(e);
     } catch (...) {
         m_slots[slot] = nullptr;
         free_slot(slot);
@@ -95,6 +131,23 @@ std::int64_t timer_queue::next_deadline() noexcept {
     return static_cast<std::int64_t>(slot_at(level, index).min);
 }
 
+std::int64_t timer_queue::next_wake() noexcept {
+    if (m_live == 0 || m_levels == 0 || !m_due.empty()) return next_deadline();
+    // Slots in deadline order: a later slot can lower the answer only while it
+    // starts before it. At most every occupied slot (704) is visited, once per
+    // sleep of the loop, which costs a hundred times more.
+    std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+    for (std::uint32_t levels = m_levels; levels != 0; levels &= levels - 1) {
+        const int level = __builtin_ctz(levels);
+        for (std::uint64_t bits = m_occupied[static_cast<std::size_t>(level)]; bits != 0; bits &= bits - 1) {
+            const auto index = static_cast<std::size_t>(__builtin_ctzll(bits));
+            if (slot_start(level, index) >= best) return static_cast<std::int64_t>(best);
+            best = std::min(best, slot_at(level, index).min_wake);
+        }
+    }
+    return best >= static_cast<std::uint64_t>(no_deadline) ? no_deadline : static_cast<std::int64_t>(best);
+}
+
 // Moves every entry due at `now` into m_due, in (deadline, sequence) order,
 // by taking out occupied slots lowest first while they start no later than
 // `now`: a slot that ends by `now` to the due run, one that straddles it a
@@ -107,15 +160,14 @@ void timer_queue::collect_due(std::int64_t now) {
         auto& occupied = m_occupied[static_cast<std::size_t>(level)];
         const auto index = static_cast<std::size_t>(__builtin_ctzll(occupied));
         const int shift = level * level_bits;
-        // The bits a slot of this level shares with m_elapsed: all above the level.
-        const std::uint64_t within = shift + level_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << (shift + level_bits)) - 1;
-        const std::uint64_t start = (m_elapsed & ~within) | (static_cast<std::uint64_t>(index) << shift);
+        const std::uint64_t start = slot_start(level, index);
         if (start > t) return;
         wheel_slot& s = slot_at(level, index);
         occupied &= ~(std::uint64_t{1} << index);
         if (occupied == 0) m_levels &= ~(1u << level);
         m_elapsed = start;
         s.min = std::numeric_limits<std::uint64_t>::max();
+        s.min_wake = std::numeric_limits<std::uint64_t>::max();
         const std::uint64_t end = start + ((std::uint64_t{1} << shift) - 1);  // level 0: start
         if (end <= t) {
             // Due as a whole, and earlier than everything left: sorting it is
@@ -138,7 +190,10 @@ void timer_queue::collect_due(std::int64_t now) {
         } catch (...) {
             // Out of memory: keep each entry exactly once, the rest where it was.
             s.items.erase(s.items.begin(), s.items.begin() + static_cast<std::ptrdiff_t>(moved));
-            for (const entry& e : s.items) s.min = std::min(s.min, e.key);
+            for (const entry& e : s.items) {
+                s.min = std::min(s.min, e.key);
+                s.min_wake = std::min(s.min_wake, wake_of(e));
+            }
             occupied |= std::uint64_t{1} << index;
             m_levels |= 1u << level;
             throw;
@@ -205,7 +260,11 @@ void timer_queue::purge() noexcept {
             wheel_slot& s = slot_at(level, index);
             s.items.erase(std::remove_if(s.items.begin(), s.items.end(), dead), s.items.end());
             s.min = std::numeric_limits<std::uint64_t>::max();
-            for (const entry& e : s.items) s.min = std::min(s.min, e.key);
+            s.min_wake = std::numeric_limits<std::uint64_t>::max();
+            for (const entry& e : s.items) {
+                s.min = std::min(s.min, e.key);
+                s.min_wake = std::min(s.min_wake, wake_of(e));
+            }
             if (s.items.empty()) occupied &= ~(std::uint64_t{1} << index);
         }
         if (occupied == 0) m_levels &= ~(1u << level);
@@ -225,6 +284,7 @@ void timer_queue::clear() noexcept {
             for (const entry& e : s.items) disarm(e);
             s.items.clear();
             s.min = std::numeric_limits<std::uint64_t>::max();
+            s.min_wake = std::numeric_limits<std::uint64_t>::max();
         }
         m_occupied[static_cast<std::size_t>(level)] = 0;
     }

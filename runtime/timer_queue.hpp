@@ -18,6 +18,14 @@
 // few entries ahead: a million timers with random deadlines are a million
 // random memory accesses, and this way they overlap instead of queueing.
 //
+// Wake-ups: the loop sleeps until next_wake(), the earliest time by which
+// some timer must have fired. Each timer may be late by its slack: up to the
+// next step of a grid (timer_slack, 50 us by default), or, for a timer armed
+// more than 1024 grid steps ahead, up to 1/1024 of its delay, as Linux allows
+// for poll and select timeouts. So a dense crowd of long timers shares
+// wake-ups instead of waking the loop every grid step, and a short one is
+// still on time. Never early: a timer fires only once its deadline passed.
+//
 // Entries refer to timers through a slot table, which is what makes cancel
 // O(1): it only clears the slot; the dead entry is dropped when it is reached,
 // or by a purge once dead entries outnumber live ones. Nothing here is ever
@@ -38,9 +46,14 @@ class timer_queue {
 public:
     static constexpr std::int64_t no_deadline = std::numeric_limits<std::int64_t>::max();
 
+    /// The wake-up grid step (ns, 0: none) and whether long timers' slack
+    /// grows with their delay. Before the first insert.
+    void set_slack(std::int64_t grid_ns, bool scaled) noexcept;
+
     /// Arms `node` (which must not be armed) to fire at `deadline` (ns, steady
-    /// clock). A deadline earlier than one already taken out counts as that one.
-    void insert(timer_node& node, std::int64_t deadline);
+    /// clock), armed at `now` (which sets its slack; by default it has only the
+    /// grid's). A deadline earlier than one already taken out counts as that one.
+    void insert(timer_node& node, std::int64_t deadline, std::int64_t now = no_deadline);
 
     /// Disarms `node`; it will not fire. No-op when not armed.
     void cancel(timer_node& node) noexcept;
@@ -52,6 +65,10 @@ public:
     /// deadline (an early wake-up, never a late one).
     std::int64_t next_deadline() noexcept;
 
+    /// When the loop must wake for the timers: no later than any timer's
+    /// deadline plus its slack, possibly earlier; no_deadline when empty.
+    std::int64_t next_wake() noexcept;
+
     /// Fires, in (deadline, insertion) order, every timer due at `now` that was
     /// armed before this call; timers armed by the callbacks wait for the next
     /// call. Returns how many fired.
@@ -61,14 +78,17 @@ public:
     void clear() noexcept;
 
 private:
+    static constexpr std::uint32_t slot_bits = 24;  // 16,777,215 timers armed at once per loop
     struct entry {
         std::uint64_t key;  // deadline
         std::uint32_t seq;
-        std::uint32_t slot;
+        std::uint32_t slot : slot_bits;
+        std::uint32_t slack_log2 : 32 - slot_bits;  // slack 2^slack_log2 ns; 0: the grid's
     };
     struct wheel_slot {
         std::vector<entry> items;
-        std::uint64_t min = std::numeric_limits<std::uint64_t>::max();
+        std::uint64_t min = std::numeric_limits<std::uint64_t>::max();       // earliest deadline
+        std::uint64_t min_wake = std::numeric_limits<std::uint64_t>::max();  // earliest deadline + slack
     };
     static constexpr int level_bits = 6;
     static constexpr int slots_per_level = 1 << level_bits;
@@ -84,6 +104,13 @@ private:
     wheel_slot& slot_at(int level, std::size_t index) noexcept {
         return m_wheel[static_cast<std::size_t>(level) * slots_per_level + index];
     }
+    std::uint64_t slot_start(int level, std::size_t index) const noexcept {
+        const int shift = level * level_bits;
+        // The bits a slot of this level shares with m_elapsed: all above the level.
+        const std::uint64_t within = shift + level_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << (shift + level_bits)) - 1;
+        return (m_elapsed & ~within) | (static_cast<std::uint64_t>(index) << shift);
+    }
+    std::uint64_t wake_of(const entry& e) const noexcept;
     [[gnu::always_inline]] inline void put(const entry& e);
     void collect_due(std::int64_t now);
     std::size_t fire_due() noexcept;
@@ -95,6 +122,8 @@ private:
     std::array<std::uint64_t, level_count> m_occupied{};  // bit i: slot i of the level has entries
     std::uint32_t m_levels = 0;                           // bit L: level L has entries
     std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
+    std::uint64_t m_grid = 0;     // wake-up grid step, ns
+    bool m_scaled_slack = false;
     std::vector<entry> m_due;     // taken out by fire_expired, fired in order
     bool m_firing = false;
     std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled

@@ -53,6 +53,11 @@ struct loop_options {
     /// when timers are dense; zero wakes for each deadline exactly. The default
     /// matches the timer slack Linux already applies to a normal thread's sleeps.
     std::chrono::nanoseconds timer_slack = std::chrono::microseconds(50);
+    /// A timer armed more than 1024 grid steps ahead (51 ms by default) may
+    /// also be late by up to 1/1024 of its delay (a 1 s sleep by up to 1 ms;
+    /// never early), as Linux allows for poll and select timeouts: a crowd of
+    /// long timers then shares wake-ups. false: only the grid's slack.
+    bool scaled_timer_slack = true;
     /// Virtual time, for tests: the loop's clock stands still while any task
     /// can run, and jumps straight to the next deadline when every task waits
     /// on time. I/O still works: the OS is polled without blocking first, and
