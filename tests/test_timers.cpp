@@ -471,6 +471,65 @@ TEST_CASE("timer_queue matches the model at every scale, from nanoseconds to cen
         [&] { return m.rng() % 8 == 0 ? scaled(44) : scaled(20); });
 }
 
+TEST_CASE("timer_queue: woken at next_wake(), no timer fires early or later than its slack", "[timers][queue][slack]") {
+    // The loop's view, simulated: sleep until next_wake(), fire what is due.
+    // A timer may be late by the 50 us grid, or by 1/1024 of its delay when
+    // that is longer (rounded down to a power of two); never early.
+    constexpr std::int64_t grid = 50'000;
+    struct node : timer_node {
+        std::int64_t deadline = 0;
+        std::int64_t allowed = 0;  // lateness allowed
+        std::int64_t* now = nullptr;
+        long* early = nullptr;
+        long* too_late = nullptr;
+        long* fired = nullptr;
+    };
+    for (const bool scaled : {true, false}) {
+        timer_queue q;
+        q.set_slack(grid, scaled);
+        std::mt19937_64 rng(99);
+        std::vector<node> nodes(20'000);
+        std::int64_t now = 1'000'000'000;
+        long early = 0, too_late = 0, fired = 0, wakes = 0;
+        auto fire = [](timer_node& n) noexcept {
+            auto& me = static_cast<node&>(n);
+            ++*me.fired;
+            if (*me.now < me.deadline) ++*me.early;
+            if (*me.now > me.deadline + me.allowed) ++*me.too_late;
+        };
+        for (auto& n : nodes) {
+            // Delays from 1 ns to 100 s, spread over the scales.
+            const std::int64_t delay = static_cast<std::int64_t>(rng() % (std::uint64_t{1} << (rng() % 37))) + 1;
+            n.deadline = now + delay;
+            const std::int64_t to_grid = (n.deadline + grid - 1) / grid * grid - n.deadline;
+            std::int64_t scaled_slack = 0;
+            if (scaled && delay / 1024 > grid) scaled_slack = std::int64_t{1} << (63 - __builtin_clzll(static_cast<std::uint64_t>(delay / 1024)));
+            n.allowed = std::max(to_grid, scaled_slack);
+            n.now = &now;
+            n.early = &early;
+            n.too_late = &too_late;
+            n.fired = &fired;
+            n.m_fire = fire;
+            q.insert(n, n.deadline, now);
+        }
+        while (!q.empty() && wakes < 1'000'000) {
+            const std::int64_t wake = q.next_wake();
+            REQUIRE(wake != timer_queue::no_deadline);
+            now = std::max(now, wake);
+            q.fire_expired(now);
+            ++wakes;
+        }
+        INFO("scaled slack: " << scaled << "; wake-ups: " << wakes);
+        CHECK(fired == static_cast<long>(nodes.size()));
+        CHECK(early == 0);
+        CHECK(too_late == 0);
+        // Long timers share wake-ups: far fewer than one per timer.
+        if (scaled) CHECK(wakes < static_cast<long>(nodes.size()) / 4);
+        if (!scaled) CHECK(wakes > static_cast<long>(nodes.size()) / 4);
+        q.clear();
+    }
+}
+
 TEST_CASE("timer_queue: a timer armed by a callback with a due deadline waits for the next call", "[timers][queue]") {
     struct fixture {
         timer_queue q;
