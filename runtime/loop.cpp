@@ -138,7 +138,7 @@ void post_to(loop_core& core, post_node* node) noexcept { core.post(node); }
 void task_finished(task_header& task) noexcept { task.m_loop->task_finished(task); }
 
 void release_task(task_header& task) noexcept {
-    if (--task.m_refs == 0) task.m_delete(task);
+    if (--task.m_refs == 0) task.m_ops->destroy(task);
 }
 
 void abort_task(task_header& task) { task.m_loop->abort_task(task); }
@@ -157,7 +157,7 @@ void log_unobserved_failure(const task_header& task) noexcept {
         if (task.m_name.empty())
             logger()->error("task {} failed: {}", task.m_id, what);
         else
-            logger()->error("task {} '{}' failed: {}", task.m_id, task.m_name, what);
+            logger()->error("task {} '{}' failed: {}", task.m_id, task.m_name.view(), what);
     } catch (...) {
         // Logging must never take the loop down.
     }
@@ -276,7 +276,7 @@ void loop_core::task_finished(task_header& t) noexcept {
             on_stall_flag(&t, m_resumes_until_check.load(), true);
         m_running = nullptr;
     }
-    t.m_finish(t);  // takes the result and destroys the frame
+    t.m_ops->finish(t);  // takes the result and destroys the frame
     t.all_hook().unlink();
     --m_task_count;
     ++m_counters.tasks_finished;

@@ -185,7 +185,11 @@ void loop_core::report_stall(const task_header* t, bool finished, std::uint64_t 
             return;
         }
         std::string who = "task " + std::to_string(id);
-        if (t && !t->m_name.empty()) who += " '" + t->m_name + "'";
+        if (t && !t->m_name.empty()) {
+            who += " '";
+            who += t->m_name.view();
+            who += "'";
+        }
         std::string then;
         if (finished) {
             then = "then finished";

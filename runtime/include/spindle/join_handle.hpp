@@ -59,6 +59,9 @@ void delete_spawned(task_header& header) noexcept {
     delete static_cast<spawned<T>*>(&header);
 }
 
+template <class T>
+inline constexpr task_ops spawned_ops{&finish_spawned<T>, &delete_spawned<T>};
+
 /// A task parked in co_await on another task's join handle. Not cancellable:
 /// the joined task runs on regardless.
 template <class T>
@@ -87,7 +90,11 @@ public:
     void describe(std::string& out) const {
         out += "join of task ";
         out += std::to_string(m_target->m_id);
-        if (!m_target->m_name.empty()) out += " (" + m_target->m_name + ")";
+        if (!m_target->m_name.empty()) {
+            out += " (";
+            out += m_target->m_name.view();
+            out += ")";
+        }
     }
     T take() {
         if (!m_target) throw std::logic_error("spindle: awaiting an empty join_handle");

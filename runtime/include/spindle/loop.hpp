@@ -216,9 +216,8 @@ template <class T>
 join_handle<T> loop::spawn(task<T> t, std::string name) {
     if (!t.valid()) throw std::invalid_argument("spindle: spawn of an empty task");
     auto* header = new detail::spawned<T>();
-    header->m_name = std::move(name);
-    header->m_finish = &detail::finish_spawned<T>;
-    header->m_delete = &detail::delete_spawned<T>;
+    header->m_name.assign(name);
+    header->m_ops = &detail::spawned_ops<T>;
     header->m_refs = 2;  // the loop, while it runs, and the join handle
     auto frame = t.release();
     frame.promise().m_root = header;

@@ -62,6 +62,7 @@
 /// gone by then (docs/custom-awaiters.md shows how).
 
 #include <spindle/detail/engine.hpp>
+#include <spindle/detail/frame_pool.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/result.hpp>
 
@@ -201,7 +202,7 @@ public:
             if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (cancellable) m_stop.reset();
+        if constexpr (cancellable) drop_stop_callback();
     }
 
     bool await_ready() {
@@ -237,14 +238,23 @@ public:
             detail::schedule(t);
             return true;
         }
+        // The stop callback lives outside the frame, in a pooled block taken
+        // only for a token that can stop: most waits have none, and a frame
+        // holds a wait for as long as its task sleeps. Taken before parking,
+        // so running out of memory leaves the wait unstarted.
+        void* stop_memory = nullptr;
+        if constexpr (cancellable)
+            if (m_token.stop_possible()) stop_memory = detail::frame_pool::allocate(sizeof(stop_callback));
         this->m_wait_state = state::parking;
         try {
             Wait::on_park();
         } catch (...) {
             this->m_wait_state = state::idle;
+            if (stop_memory) detail::frame_pool::deallocate(stop_memory, sizeof(stop_callback));
             throw;
         }
         if (this->m_wait_state == state::done) {
+            if (stop_memory) detail::frame_pool::deallocate(stop_memory, sizeof(stop_callback));
             // Completed at once: as in await_ready, that spends the budget.
             if (detail::spend_budget()) return false;
             this->m_wait_state = state::requeued;
@@ -255,7 +265,7 @@ public:
         detail::mark_parked(t, &info, this);
         if constexpr (cancellable) {
             // Registering may run on_cancel at once, if a stop is already requested.
-            if (m_token.stop_possible()) m_stop.emplace(m_token, fire{this});
+            if (stop_memory) m_stop = ::new (stop_memory) stop_callback(m_token, fire{this});
             if (this->m_wait_state == state::parked && t.cancel_pending()) {
                 Wait::on_cancel();
                 t.note_cancel_reached();
@@ -273,7 +283,7 @@ public:
             detail::spend_budget();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (cancellable) m_stop.reset();
+        if constexpr (cancellable) drop_stop_callback();
         if constexpr (detail::wait_with_take<Wait>)
             return Wait::take();
         else
@@ -315,8 +325,19 @@ private:
     }
     static constexpr detail::wait_info info{cancellable ? &cancel_thunk : nullptr, &describe_thunk};
 
+    using stop_callback = std::stop_callback<fire>;
+    void drop_stop_callback() noexcept {
+        if constexpr (cancellable) {
+            if (!m_stop) return;
+            m_stop->~stop_callback();
+            detail::frame_pool::deallocate(m_stop, sizeof(stop_callback));
+            m_stop = nullptr;
+        }
+    }
+
     std::stop_token m_token;
-    [[no_unique_address]] std::conditional_t<cancellable, std::optional<std::stop_callback<fire>>, no_callback> m_stop;
+    // While parked with a token that can stop.
+    [[no_unique_address]] std::conditional_t<cancellable, stop_callback*, no_callback> m_stop{};
 };
 
 }  // namespace spindle

@@ -4,6 +4,10 @@
 // and free once more blocks are live than the allocator's per-thread cache
 // holds. Blocks are kept per size class (16-byte steps up to 1 KiB) in a
 // per-thread free list of bounded length; larger blocks go to the allocator.
+// A class's size is 8 bytes short of a multiple of 16, which is what fills a
+// malloc chunk exactly (the allocator adds an 8-byte size word and rounds to
+// 16): a 168-byte frame takes a 176-byte chunk, where a 176-byte class would
+// take 192.
 // A block freed on another thread than the one that allocated it simply joins
 // that thread's lists: the memory is plain operator new memory either way.
 
@@ -29,7 +33,7 @@ class frame_pool {
 public:
     static constexpr std::size_t granularity = 16;
     static constexpr std::size_t max_pooled = 1024;
-    static constexpr std::size_t classes = max_pooled / granularity;
+    static constexpr std::size_t classes = (max_pooled - 8 + granularity - 1) / granularity + 1;  // class_of(max_pooled) + 1
     static constexpr std::size_t max_per_class = 4096;  // bounds what an idle thread keeps
 
     static void* allocate(std::size_t size) {
@@ -41,7 +45,7 @@ public:
             --pool.m_count[c];
             return b;
         }
-        return ::operator new((c + 1) * granularity);
+        return ::operator new(size_of(c));
     }
 
     static void deallocate(void* p, std::size_t size) noexcept {
@@ -70,7 +74,11 @@ private:
     struct block {
         block* next;
     };
-    static std::size_t class_of(std::size_t size) noexcept { return size == 0 ? 0 : (size - 1) / granularity; }
+    // Class c holds blocks of 16c + 8 bytes.
+    static constexpr std::size_t class_of(std::size_t size) noexcept {
+        return size <= 8 ? 0 : (size - 8 + granularity - 1) / granularity;
+    }
+    static constexpr std::size_t size_of(std::size_t c) noexcept { return c * granularity + 8; }
     static frame_pool& local() noexcept {
         thread_local frame_pool pool;
         return pool;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 
 namespace spindle {
 class waiter;
@@ -48,6 +49,42 @@ struct wait_info {
     void (*describe)(const void* awaiter, std::string& out);
 };
 
+/// A task's name: kept out of line, and only when one was given (most tasks
+/// have none, and a header lives as long as its task).
+class task_name {
+public:
+    task_name() noexcept = default;
+    task_name(const task_name&) = delete;
+    task_name& operator=(const task_name&) = delete;
+    ~task_name() { delete[] m_text; }
+
+    void assign(std::string_view name) {
+        char* text = nullptr;
+        if (!name.empty()) {
+            text = new char[name.size() + 1];
+            name.copy(text, name.size());
+            text[name.size()] = '\0';
+        }
+        delete[] m_text;
+        m_text = text;
+    }
+    bool empty() const noexcept { return m_text == nullptr; }
+    std::string_view view() const noexcept { return m_text ? std::string_view(m_text) : std::string_view(); }
+
+private:
+    char* m_text = nullptr;
+};
+
+struct task_header;
+
+/// What differs between spawned<T> for each T: one static table per type.
+struct task_ops {
+    /// Moves the result out of the finished frame, then destroys the frame.
+    void (*finish)(task_header&) noexcept;
+    /// Frees the header.
+    void (*destroy)(task_header&) noexcept;
+};
+
 struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// The innermost suspended coroutine of this task: what the loop resumes.
     std::coroutine_handle<> m_resume;
@@ -57,22 +94,21 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// The wait of a task parked in co_await on this task's join handle.
     waiter* m_joiner = nullptr;
     std::exception_ptr m_error;
-    std::string m_name;
+    task_name m_name;
     std::uint64_t m_id = 0;
-    /// One for the loop while the task runs, one for a live join handle.
-    std::uint32_t m_refs = 0;
-    /// The outermost frame's size (bytes), for the dump.
-    std::uint32_t m_frame_size = 0;
+    /// One for the loop while the task runs, one for a live join handle, one
+    /// for a join parked on it.
+    std::uint16_t m_refs = 0;
     task_status m_status = task_status::running;
     /// Its failure reached someone through the join handle.
-    bool m_observed = false;
+    bool m_observed : 1 = false;
     /// join_handle::cancel() was called: every wait from now on is cancelled.
-    bool m_cancel_requested = false;
+    bool m_cancel_requested : 1 = false;
     /// Inside a budget_exempt_scope: ready operations spend no budget.
-    bool m_unbudgeted = false;
-    /// Moves the result out of the finished frame, then destroys the frame.
-    void (*m_finish)(task_header&) noexcept = nullptr;
-    void (*m_delete)(task_header&) noexcept = nullptr;
+    bool m_unbudgeted : 1 = false;
+    /// The outermost frame's size (bytes), for the dump.
+    std::uint32_t m_frame_size = 0;
+    const task_ops* m_ops = nullptr;
     /// The innermost open cancel scope, if any.
     cancel_scope* m_scope = nullptr;
     /// A branch of a when_any over awaitables (a header the loop resumes but
