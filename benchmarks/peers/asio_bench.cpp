@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 namespace asio = boost::asio;
 
 namespace {
@@ -130,6 +133,46 @@ void bench_timers_cancel() {
     std::printf("timers_cancel ns_per_op=%.1f timers=%ld schedule_ns=%.1f fired=%ld\n", (c2 - c1) / n, n, (c1 - c0) / n, fired);
 }
 
+long resident_kib() {
+    long pages_total = 0, pages_resident = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+        std::fclose(f);
+    }
+    return pages_resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+long peak_rss_kib() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+asio::awaitable<void> sleeper(std::chrono::nanoseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+void bench_sleeping_tasks() {
+    constexpr long n = 100'000;
+    std::mt19937_64 rng(1);
+    std::uniform_int_distribution<long> spread(0, 999'999'999);
+    std::vector<long> delays(n);
+    for (auto& d : delays) d = spread(rng);
+    asio::io_context io(1);
+    const long before_kib = resident_kib();
+    for (long i = 0; i < n; ++i)
+        asio::co_spawn(io, sleeper(std::chrono::nanoseconds(delays[static_cast<std::size_t>(i)])), asio::detached);
+    io.poll();  // every coroutine runs to its wait
+    const long parked_kib = resident_kib();
+    const double w0 = wall_ns();
+    io.run();
+    const double w1 = wall_ns();
+    const long peak_kib = std::max(parked_kib, peak_rss_kib());
+    std::printf("sleeping_tasks bytes_per_task=%.0f tasks=%ld rss_before_kib=%ld rss_parked_kib=%ld wall_s=%.2f\n",
+                static_cast<double>(peak_kib - before_kib) * 1024.0 / n, n, before_kib, parked_kib, (w1 - w0) / 1e9);
+}
+
 void bench_post_cross_thread() {
     constexpr long n = 2'000'000;
     double ns = median_of(5, [] {
@@ -162,6 +205,7 @@ constexpr bench_case cases[] = {
     {"spawn", &bench_spawn},
     {"timers_fire", &bench_timers_fire},
     {"timers_cancel", &bench_timers_cancel},
+    {"sleeping_tasks", &bench_sleeping_tasks},
     {"post_cross_thread", &bench_post_cross_thread},
 };
 
