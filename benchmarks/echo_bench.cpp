@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <optional>
+#include <span>
 #include <sched.h>
 #include <sstream>
 #include <string>
@@ -51,6 +52,9 @@ struct options {
     std::string server = SPINDLE_ECHO_SERVER;
     /// The server's --threads, each run in turn (several: compared by CPU per message).
     std::vector<int> threads{1};
+    /// Instead of steady load: this many connections opened at once, each
+    /// doing 10 round trips and closing (connection set-up and teardown).
+    int churn = 0;
 };
 
 // One server configuration of a round: a backend and a number of loops.
@@ -64,7 +68,7 @@ struct variant {
     std::fprintf(out,
                  "usage: spindle-echo-bench [--backends LIST] [--connections N] [--size BYTES] [--depth LIST]\n"
                  "                          [--duration SECONDS] [--rounds N] [--syscalls] [--server PATH]\n"
-                 "                          [--threads LIST]\n"
+                 "                          [--threads LIST] [--churn N]\n"
                  "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
                  "byte verified) and compares the backends round by round.\n\n"
                  "  --backends LIST    comma-separated (default: the backends built, %s)\n"
@@ -75,6 +79,8 @@ struct variant {
                  "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
                  "  --syscalls         count the server's system calls (perf, else strace)\n"
                  "  --server PATH      the spindle-echo to run (default: the one built with this program)\n"
+                 "  --churn N          instead: N connections opened at once, each doing 10 round trips and closing;\n"
+                 "                     wall time and server CPU per connection, per backend (N: 1..20000)\n"
                  "  --threads LIST     the server's loops, comma-separated, each run in turn (default 1); with more\n"
                  "                     than 1 the server is not pinned (its loops share the cores with the load)\n",
                  SPINDLE_BUILT_BACKENDS);
@@ -111,6 +117,8 @@ options parse(int argc, char** argv) {
             o.rounds = static_cast<int>(number(echo_bench, value, 1, 100));
         } else if (arg == "--server") {
             o.server = value;
+        } else if (arg == "--churn") {
+            o.churn = static_cast<int>(number(echo_bench, value, 1, 20000));
         } else if (arg == "--threads") {
             o.threads.clear();
             for (const std::string& t : split(value)) o.threads.push_back(static_cast<int>(number(echo_bench, t, 1, 64)));
@@ -364,6 +372,92 @@ run_result run_one(const options& o, const variant& v, int depth, int server_cpu
     return r;
 }
 
+// --- connection churn ----------------------------------------------------------------
+
+constexpr int churn_round_trips = 10;
+
+task<void> churn_client(net::address target, std::size_t size, long& done, long& failed) {
+    result<net::tcp_stream> s = co_await net::tcp_stream::connect(target, 10s);
+    if (!s) {
+        ++failed;
+        co_return;
+    }
+    std::vector<std::byte> out(size, std::byte{'x'}), in(size);
+    for (int i = 0; i < churn_round_trips; ++i) {
+        if (!co_await s->write_all(out)) {
+            ++failed;
+            co_return;
+        }
+        for (std::size_t got = 0; got < in.size();) {
+            result<std::size_t> r = co_await s->read_some(std::span(in).subspan(got));
+            if (!r || *r == 0) {
+                ++failed;
+                co_return;
+            }
+            got += *r;
+        }
+    }
+    ++done;
+}
+
+struct churn_result {
+    bool ok = false;
+    double wall_s = 0;
+    double server_cpu_us_per_connection = 0;
+};
+
+churn_result run_churn(const options& o, const variant& v, int server_cpu) {
+    churn_result r;
+    std::optional<server_child> s = start_server(o.server, v.backend, spawn_options{.cpu = server_cpu}, {});
+    if (!s) return r;
+    long done = 0, failed = 0;
+    loop_options client;
+    client.backend = backend_kind::epoll;  // only the server changes from run to run
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        loop l(client);
+        const net::address target = net::address::ipv4_loopback(s->port);
+        for (int i = 0; i < o.churn; ++i) l.spawn(churn_client(target, o.size, done, failed)).detach();
+        l.run();
+    }
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rusage usage{};
+    const bool clean = exited_with_zero(stop_child(s->pid, SIGTERM, 10s, &usage));
+    r.server_cpu_us_per_connection = cpu_seconds(usage) * 1e6 / o.churn;
+    r.ok = clean && failed == 0 && done == o.churn;
+    if (failed) std::printf("  %ld of %d connections failed\n", failed, o.churn);
+    return r;
+}
+
+int churn_main(const options& o, int server_cpu) {
+    std::printf("%d connections opened at once, each %d round trips of %zu bytes, then closed; %d rounds\n\n", o.churn,
+                churn_round_trips, o.size, o.rounds);
+    std::vector<std::vector<churn_result>> results(o.backends.size());
+    bool all_ok = true;
+    for (int round = 1; round <= o.rounds; ++round) {
+        for (std::size_t i = 0; i < o.backends.size(); ++i) {
+            const std::size_t b = round % 2 ? i : o.backends.size() - 1 - i;
+            const churn_result r = run_churn(o, variant{o.backends[b], 1}, server_cpu);
+            std::printf("round %d  %-9s wall %.3f s  server cpu %.1f us/connection%s\n", round, o.backends[b].c_str(),
+                        r.wall_s, r.server_cpu_us_per_connection, r.ok ? "" : "  FAILED");
+            std::fflush(stdout);
+            all_ok = all_ok && r.ok;
+            results[b].push_back(r);
+        }
+    }
+    std::printf("\nmedians of %d rounds:\n", o.rounds);
+    for (std::size_t b = 0; b < o.backends.size(); ++b) {
+        std::vector<double> wall, cpu;
+        for (const churn_result& r : results[b]) {
+            wall.push_back(r.wall_s);
+            cpu.push_back(r.server_cpu_us_per_connection);
+        }
+        std::printf("churn %-9s connections=%d round_trips=%d wall_s=%.3f server_cpu_us_per_connection=%.1f\n",
+                    o.backends[b].c_str(), o.churn, churn_round_trips, median(wall), median(cpu));
+    }
+    return all_ok ? 0 : 1;
+}
+
 // --- reporting ---------------------------------------------------------------------
 
 void print_run(int round, int depth, const std::string& backend, const run_result& r) {
@@ -397,6 +491,8 @@ int main(int argc, char** argv) {
     } else {
         std::printf("only 1 core available: server and load generator run unpinned, sharing it\n");
     }
+
+    if (o.churn > 0) return churn_main(o, server_cpu);
 
     count_tool tool = count_tool::none;
     if (o.syscalls) {

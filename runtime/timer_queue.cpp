@@ -15,6 +15,8 @@ constexpr std::size_t purge_floor = 256;
 constexpr std::size_t prefetch_slot_ahead = 32;
 constexpr std::size_t prefetch_timer_ahead = 16;
 
+constexpr std::size_t initial_slot_capacity = 4;
+
 // A timer armed this many grid steps ahead or more gets slack of 1/1024 of its delay.
 constexpr int scaled_slack_shift = 10;
 
@@ -43,6 +45,12 @@ std::uint64_t timer_queue::wake_of(const entry& e) const noexcept {
 }
 
 std::uint32_t timer_queue::take_slot(timer_node& node) {
+    if (m_slots.capacity() == 0) [[unlikely]] {
+        // The first timer of this queue: room for a few entries in every slot
+        // at once (56 KiB), so the clock moving on into slots not used yet
+        // does not allocate, one slot at a time, long after start-up.
+        for (wheel_slot& s : m_wheel) s.items.reserve(initial_slot_capacity);
+    }
     // Every slot free (the queue ran dry): start again from slot 0, so timers
     // armed one after another get neighbouring slots, not the scattered order
     // in which the last ones fired.

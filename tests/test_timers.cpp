@@ -1,5 +1,6 @@
 // Timers: ordering, the timer queue against a reference model, cancellation,
 // and fixed-rate clocks (interval, repeating timers).
+#include "counting_new.hpp"
 #include "support.hpp"
 #include "timer_queue.hpp"  // the engine's own, tested directly
 
@@ -647,6 +648,35 @@ TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "
     // The withdrawn sleep left no timer to keep the loop alive.
     CHECK((l.timer_count() == 0));
     CHECK_FALSE(l.has_work());
+}
+
+TEST_CASE("sleeps with a token that can stop allocate nothing once warm", "[timers][cancel][alloc]") {
+    // Each parks with a stop callback registered: the callback's block comes
+    // from the frame pool, not from the allocator, after the first few.
+    spindle::loop l;
+    std::stop_source source;
+    struct outcome {
+        std::size_t allocations = 0;
+        int slept = 0;
+    } o;
+    l.spawn([](std::stop_token token, outcome& out) -> task<void> {
+        for (int i = 0; i < 1000; ++i) {
+#if SPINDLE_FRAME_POOL
+            if (i == 100) {
+                spindle::test::t_allocations = 0;
+                spindle::test::t_counting = true;
+            }
+#endif
+            if (!co_await spindle::sleep_for(1ns, token)) ++out.slept;
+        }
+#if SPINDLE_FRAME_POOL
+        spindle::test::t_counting = false;
+        out.allocations = spindle::test::t_allocations;
+#endif
+    }(source.get_token(), o)).detach();
+    REQUIRE(drain(l));
+    CHECK(o.slept == 1000);
+    CHECK(o.allocations == 0);
 }
 
 TEST_CASE("a sleep whose token was stopped before the await returns at once", "[timers][cancel]") {
