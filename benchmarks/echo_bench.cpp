@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <optional>
 #include <span>
@@ -55,6 +56,8 @@ struct options {
     /// Instead of steady load: this many connections opened at once, each
     /// doing 10 round trips and closing (connection set-up and teardown).
     int churn = 0;
+    /// Instead of steady load: this many connections held open and idle.
+    int idle = 0;
 };
 
 // One server configuration of a round: a backend and a number of loops.
@@ -68,7 +71,7 @@ struct variant {
     std::fprintf(out,
                  "usage: spindle-echo-bench [--backends LIST] [--connections N] [--size BYTES] [--depth LIST]\n"
                  "                          [--duration SECONDS] [--rounds N] [--syscalls] [--server PATH]\n"
-                 "                          [--threads LIST] [--churn N]\n"
+                 "                          [--threads LIST] [--churn N] [--idle N]\n"
                  "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
                  "byte verified) and compares the backends round by round.\n\n"
                  "  --backends LIST    comma-separated (default: the backends built, %s)\n"
@@ -81,6 +84,9 @@ struct variant {
                  "  --server PATH      the spindle-echo to run (default: the one built with this program)\n"
                  "  --churn N          instead: N connections opened at once, each doing 10 round trips and closing;\n"
                  "                     wall time and server CPU per connection, per backend (N: 1..20000)\n"
+                 "  --idle N           instead: N connections opened, one round trip each, then held idle for 2 s;\n"
+                 "                     the server's resident memory per connection and its wake-ups while idle\n"
+                 "                     (N: 1..60000)\n"
                  "  --threads LIST     the server's loops, comma-separated, each run in turn (default 1); with more\n"
                  "                     than 1 the server is not pinned (its loops share the cores with the load)\n",
                  SPINDLE_BUILT_BACKENDS);
@@ -117,6 +123,8 @@ options parse(int argc, char** argv) {
             o.rounds = static_cast<int>(number(echo_bench, value, 1, 100));
         } else if (arg == "--server") {
             o.server = value;
+        } else if (arg == "--idle") {
+            o.idle = static_cast<int>(number(echo_bench, value, 1, 60000));
         } else if (arg == "--churn") {
             o.churn = static_cast<int>(number(echo_bench, value, 1, 20000));
         } else if (arg == "--threads") {
@@ -458,6 +466,91 @@ int churn_main(const options& o, int server_cpu) {
     return all_ok ? 0 : 1;
 }
 
+// --- idle connections ------------------------------------------------------------------
+
+/// A field of /proc/PID/status ("VmRSS", "voluntary_ctxt_switches"), or -1.
+long proc_status(pid_t pid, const char* field) {
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+    if (!f) return -1;
+    char line[256];
+    long value = -1;
+    const std::size_t len = std::strlen(field);
+    while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, field, len) == 0 && line[len] == ':') value = std::strtol(line + len + 1, nullptr, 10);
+    std::fclose(f);
+    return value;
+}
+
+task<void> idle_client(net::address target, std::size_t size, long& opened, long& failed, const bool& release) {
+    result<net::tcp_stream> s = co_await net::tcp_stream::connect(target, 10s);
+    if (!s) {
+        ++failed;
+        co_return;
+    }
+    // One round trip, so the server has read from it once and waits again.
+    std::vector<std::byte> out(size, std::byte{'x'}), in(size);
+    if (!co_await s->write_all(out)) {
+        ++failed;
+        co_return;
+    }
+    for (std::size_t got = 0; got < in.size();) {
+        result<std::size_t> r = co_await s->read_some(std::span(in).subspan(got));
+        if (!r || *r == 0) {
+            ++failed;
+            co_return;
+        }
+        got += *r;
+    }
+    ++opened;
+    while (!release) co_await sleep_for(50ms);
+}
+
+task<void> hold_idle(const options& o, net::address target, pid_t server, long rss_before_kib, bool& ok) {
+    long opened = 0, failed = 0;
+    bool release = false;
+    loop& l = loop::current();
+    for (int i = 0; i < o.idle; ++i) l.spawn(idle_client(target, o.size, opened, failed, release)).detach();
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while (opened + failed < o.idle && std::chrono::steady_clock::now() < give_up) co_await sleep_for(10ms);
+    co_await sleep_for(200ms);  // settled
+    const long switches0 = proc_status(server, "voluntary_ctxt_switches") + proc_status(server, "nonvoluntary_ctxt_switches");
+    co_await sleep_for(2s);
+    const long switches1 = proc_status(server, "voluntary_ctxt_switches") + proc_status(server, "nonvoluntary_ctxt_switches");
+    const long rss_kib = proc_status(server, "VmRSS");
+    std::printf("idle connections=%ld rss_per_connection_bytes=%.0f server_rss_kib=%ld (before: %ld) "
+                "wakeups_while_idle_per_s=%.1f failed=%ld\n",
+                opened, opened ? static_cast<double>(rss_kib - rss_before_kib) * 1024.0 / static_cast<double>(opened) : 0.0,
+                rss_kib, rss_before_kib, static_cast<double>(switches1 - switches0) / 2.0, failed);
+    std::fflush(stdout);
+    ok = failed == 0 && opened == o.idle;
+    release = true;
+}
+
+int idle_main(const options& o, int server_cpu) {
+    bool all_ok = true;
+    for (int round = 1; round <= o.rounds; ++round) {
+        for (std::size_t i = 0; i < o.backends.size(); ++i) {
+            const std::string& backend = o.backends[round % 2 ? i : o.backends.size() - 1 - i];
+            std::optional<server_child> s = start_server(o.server, backend, spawn_options{.cpu = server_cpu}, {});
+            if (!s) return 1;
+            ::usleep(200'000);
+            const long before = proc_status(s->pid, "VmRSS");
+            std::printf("round %d  %-9s ", round, backend.c_str());
+            bool ok = false;
+            loop_options client;
+            client.backend = backend_kind::epoll;
+            client.stall_threshold = std::chrono::nanoseconds::zero();  // it spawns thousands in one go
+            {
+                loop l(client);
+                l.block_on(hold_idle(o, net::address::ipv4_loopback(s->port), s->pid, before, ok));
+            }
+            const bool clean = exited_with_zero(stop_child(s->pid, SIGTERM, 10s, nullptr));
+            all_ok = all_ok && ok && clean;
+        }
+    }
+    return all_ok ? 0 : 1;
+}
+
 // --- reporting ---------------------------------------------------------------------
 
 void print_run(int round, int depth, const std::string& backend, const run_result& r) {
@@ -493,6 +586,7 @@ int main(int argc, char** argv) {
     }
 
     if (o.churn > 0) return churn_main(o, server_cpu);
+    if (o.idle > 0) return idle_main(o, server_cpu);
 
     count_tool tool = count_tool::none;
     if (o.syscalls) {
