@@ -230,6 +230,9 @@ TEST_CASE("single_thread: posts from 4 threads run exactly once while the loop e
         for (auto& t : threads) t.join();
         // The rest of the posts (none should be left) and the last replies.
         spindle::test::settle(l);
+        // When the producers' last post released the hold, the finisher may
+        // still be in its 1 ms sleep: let it see the client finished.
+        for (int i = 0; i < 100 && !finisher.done(); ++i) (void)l.run_once(10ms);
         server.abort();
         sleeper.abort();
         CHECK_FALSE(stopped_by_watchdog);
