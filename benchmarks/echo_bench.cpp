@@ -384,28 +384,23 @@ run_result run_one(const options& o, const variant& v, int depth, int server_cpu
 
 constexpr int churn_round_trips = 10;
 
+/// Writes `out` and reads as many bytes back; false on an error or an early end.
+task<bool> round_trip(net::tcp_stream& s, std::span<const std::byte> out, std::span<std::byte> in) {
+    if (!co_await s.write_all(out)) co_return false;
+    for (std::size_t got = 0; got < in.size();) {
+        result<std::size_t> r = co_await s.read_some(in.subspan(got));
+        if (!r || *r == 0) co_return false;
+        got += *r;
+    }
+    co_return true;
+}
+
 task<void> churn_client(net::address target, std::size_t size, long& done, long& failed) {
     result<net::tcp_stream> s = co_await net::tcp_stream::connect(target, 10s);
-    if (!s) {
-        ++failed;
-        co_return;
-    }
     std::vector<std::byte> out(size, std::byte{'x'}), in(size);
-    for (int i = 0; i < churn_round_trips; ++i) {
-        if (!co_await s->write_all(out)) {
-            ++failed;
-            co_return;
-        }
-        for (std::size_t got = 0; got < in.size();) {
-            result<std::size_t> r = co_await s->read_some(std::span(in).subspan(got));
-            if (!r || *r == 0) {
-                ++failed;
-                co_return;
-            }
-            got += *r;
-        }
-    }
-    ++done;
+    bool ok = s.has_value();
+    for (int i = 0; ok && i < churn_round_trips; ++i) ok = co_await round_trip(*s, out, in);
+    ++(ok ? done : failed);
 }
 
 struct churn_result {
@@ -483,23 +478,11 @@ long proc_status(pid_t pid, const char* field) {
 
 task<void> idle_client(net::address target, std::size_t size, long& opened, long& failed, const bool& release) {
     result<net::tcp_stream> s = co_await net::tcp_stream::connect(target, 10s);
-    if (!s) {
-        ++failed;
-        co_return;
-    }
     // One round trip, so the server has read from it once and waits again.
     std::vector<std::byte> out(size, std::byte{'x'}), in(size);
-    if (!co_await s->write_all(out)) {
+    if (!s || !co_await round_trip(*s, out, in)) {
         ++failed;
         co_return;
-    }
-    for (std::size_t got = 0; got < in.size();) {
-        result<std::size_t> r = co_await s->read_some(std::span(in).subspan(got));
-        if (!r || *r == 0) {
-            ++failed;
-            co_return;
-        }
-        got += *r;
     }
     ++opened;
     while (!release) co_await sleep_for(50ms);
