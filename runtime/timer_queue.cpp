@@ -45,11 +45,14 @@ std::uint64_t timer_queue::wake_of(const entry& e) const noexcept {
 }
 
 std::uint32_t timer_queue::take_slot(timer_node& node) {
-    if (m_slots.capacity() == 0) [[unlikely]] {
-        // The first timer of this queue: room for a few entries in every slot
-        // at once (56 KiB), so the clock moving on into slots not used yet
-        // does not allocate, one slot at a time, long after start-up.
-        for (wheel_slot& s : m_wheel) s.items.reserve(initial_slot_capacity);
+    if (!m_wheel) [[unlikely]] {
+        // The first timer of this queue: the wheel, with room for a few
+        // entries in every slot at once (56 KiB), so the clock moving on into
+        // slots not used yet does not allocate, one slot at a time, long
+        // after start-up.
+        auto wheel = std::make_unique<wheel_slot[]>(wheel_size);
+        for (std::size_t i = 0; i < wheel_size; ++i) wheel[i].items.reserve(initial_slot_capacity);
+        m_wheel = std::move(wheel);
     }
     // Every slot free (the queue ran dry): start again from slot 0, so timers
     // armed one after another get neighbouring slots, not the scattered order

@@ -38,6 +38,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace spindle::detail {
@@ -118,7 +119,10 @@ private:
     std::uint32_t take_slot(timer_node& node);
     void free_slot(std::uint32_t slot) noexcept { m_free_slots.push_back(slot); }
 
-    std::array<wheel_slot, static_cast<std::size_t>(level_count) * slots_per_level> m_wheel;
+    static constexpr std::size_t wheel_size = static_cast<std::size_t>(level_count) * slots_per_level;
+    // Allocated with the first timer: a loop that never arms one does not
+    // carry the wheel's 28 KiB.
+    std::unique_ptr<wheel_slot[]> m_wheel;
     std::array<std::uint64_t, level_count> m_occupied{};  // bit i: slot i of the level has entries
     std::uint32_t m_levels = 0;                           // bit L: level L has entries
     std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
