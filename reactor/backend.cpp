@@ -9,6 +9,7 @@
 #endif
 
 #include <spindle/reactor/backend.hpp>
+#include <spindle/reactor/buffer_pool.hpp>
 
 #include <cerrno>
 #include <cstdlib>
@@ -22,7 +23,9 @@ namespace spindle::reactor {
 
 void release_handed_over(const operation& op) noexcept {
     if (op.result < 0) return;
-    if (op.code == op_code::accept) {
+    if (op.code == op_code::recv_pooled) {
+        if (op.result > 0) op.args.pooled.pool->give_back(op.args.pooled.id);
+    } else if (op.code == op_code::accept) {
         ::close(static_cast<int>(op.result));
     } else if (op.code == op_code::recvmsg && op.args.msg) {
         ::msghdr* msg = op.args.msg;
@@ -99,7 +102,6 @@ std::unique_ptr<backend> make_backend(backend_kind kind, const backend_options& 
                                       std::string& notes) {
     fallback_reason.clear();
     notes.clear();
-    (void)options;
     if (const environment_choice& env = environment_override(); env.set) {
         if (!env.kind)
             throw std::invalid_argument("spindle: SPINDLE_BACKEND='" + env.name +
@@ -118,16 +120,16 @@ std::unique_ptr<backend> make_backend(backend_kind kind, const backend_options& 
 #else
             fallback_reason = "io_uring is not built in (configured without liburing), using epoll";
 #endif
-            return std::make_unique<epoll_backend>();
+            return std::make_unique<epoll_backend>(options);
 #elif SPINDLE_HAVE_KQUEUE
             // macOS and the BSDs: kqueue is the native choice, nothing was passed over.
-            return std::make_unique<kqueue_backend>();
+            return std::make_unique<kqueue_backend>(options);
 #else
             break;
 #endif
         case backend_kind::epoll:
 #if SPINDLE_HAVE_EPOLL
-            return std::make_unique<epoll_backend>();
+            return std::make_unique<epoll_backend>(options);
 #else
             not_built_in(kind, " (Linux only)");
 #endif
@@ -139,7 +141,7 @@ std::unique_ptr<backend> make_backend(backend_kind kind, const backend_options& 
 #endif
         case backend_kind::kqueue:
 #if SPINDLE_HAVE_KQUEUE
-            return std::make_unique<kqueue_backend>();
+            return std::make_unique<kqueue_backend>(options);
 #else
 #if defined(__linux__)
             not_built_in(kind, " (on Linux it needs libkqueue and -Dkqueue=enabled)");

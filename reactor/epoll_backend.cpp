@@ -21,7 +21,7 @@ std::uint64_t pack(int fd, std::uint32_t generation) noexcept {
 
 }  // namespace
 
-epoll_backend::epoll_backend() {
+epoll_backend::epoll_backend(const backend_options& options) : readiness_backend(options) {
     m_epoll = ::epoll_create1(EPOLL_CLOEXEC);
     if (m_epoll < 0) throw std::system_error(errno, std::system_category(), "epoll_create1");
     m_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

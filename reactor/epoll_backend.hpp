@@ -11,7 +11,7 @@ namespace spindle::reactor {
 
 class epoll_backend final : public readiness_backend {
 public:
-    epoll_backend();
+    explicit epoll_backend(const backend_options& options = {});
     ~epoll_backend() override;
     epoll_backend(const epoll_backend&) = delete;
     epoll_backend& operator=(const epoll_backend&) = delete;

@@ -2,7 +2,10 @@
 
 #include "syscall_op.hpp"
 
+#include <spindle/reactor/buffer_pool.hpp>
+
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -43,6 +47,74 @@
 #endif
 
 namespace spindle::reactor {
+
+// The pool of pooled receives, its free buffers handed to the kernel as a
+// ring of provided buffers: a receive then names only the group, and the
+// kernel picks a buffer once data has arrived. Buffer ids below the ring's
+// size live in the ring when free; the rest (lent while the ring is full, or
+// all of them without a ring) on the free list.
+class io_uring_backend::ring_pool final : public buffer_pool {
+public:
+    static constexpr std::uint16_t group = 0;
+
+    explicit ring_pool(std::size_t buffer_size) noexcept : buffer_pool(buffer_size) {}
+
+    // Registers a ring of `entries` (a power of two) with its first chunk.
+    // False when the kernel has no rings of provided buffers (before 5.19):
+    // every receive then takes the plain way.
+    bool attach(::io_uring& ring, std::uint32_t entries) noexcept {
+        const std::size_t bytes = std::size_t{entries} * sizeof(::io_uring_buf);
+        void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (memory == MAP_FAILED) return false;
+        ::io_uring_buf_reg reg{};
+        reg.ring_addr = reinterpret_cast<std::uint64_t>(memory);
+        reg.ring_entries = entries;
+        reg.bgid = group;
+        if (::io_uring_register_buf_ring(&ring, &reg, 0) != 0) {
+            ::munmap(memory, bytes);
+            return false;
+        }
+        m_ring = static_cast<::io_uring_buf_ring*>(memory);
+        m_entries = entries;
+        m_mask = ::io_uring_buf_ring_mask(entries);
+        ::io_uring_buf_ring_init(m_ring);
+        grow_ring();
+        return true;
+    }
+    void detach(::io_uring& ring) noexcept {
+        if (!m_ring) return;
+        ::io_uring_unregister_buf_ring(&ring, group);
+        ::munmap(m_ring, std::size_t{m_entries} * sizeof(::io_uring_buf));
+        m_ring = nullptr;
+    }
+    bool has_ring() const noexcept { return m_ring != nullptr; }
+
+    // The ring ran dry: one more chunk for it. False once it holds all it can.
+    bool grow_ring() noexcept {
+        std::uint32_t first;
+        if (!m_ring || capacity() >= m_entries || !add_chunk(first)) return false;
+        for (std::uint32_t i = 0; i < chunk_buffers; ++i) on_free(first + i);
+        return true;
+    }
+    // A completion handed the kernel's pick over to its operation.
+    void lent_by_kernel() noexcept { ++m_lent; }
+    // The kernel's pick for a completion that hands it to nobody: straight back.
+    void recycle(std::uint32_t id) noexcept { on_free(id); }
+
+private:
+    void on_free(std::uint32_t id) noexcept override {
+        if (m_ring && id < m_entries) {
+            ::io_uring_buf_ring_add(m_ring, address(id), static_cast<unsigned>(m_buffer_size), static_cast<unsigned short>(id), m_mask, 0);
+            ::io_uring_buf_ring_advance(m_ring, 1);
+        } else {
+            m_free.push_back(id);
+        }
+    }
+
+    ::io_uring_buf_ring* m_ring = nullptr;
+    std::uint32_t m_entries = 0;
+    int m_mask = 0;
+};
 
 namespace {
 
@@ -125,7 +197,10 @@ std::string setup_failure(int err) {
 
 }  // namespace
 
-io_uring_backend::io_uring_backend(const backend_options& options, std::string& notes) : m_wake_data(wake_data), m_free_head(no_slot) {
+io_uring_backend::io_uring_backend(const backend_options& options, std::string& notes)
+    : m_wake_data(wake_data), m_read_buffer_size(options.read_buffer_size), m_free_head(no_slot) {
+    // A ring's size is a power of two, and a buffer id 16 bits.
+    m_read_buffer_ring = std::bit_floor(std::clamp<std::uint32_t>(options.read_buffer_ring, 1, 32768));
     const fault injected = fault_injected();
     m_fail_submit = injected == fault::submit;
     if (injected == fault::setup)
@@ -158,7 +233,11 @@ io_uring_backend::~io_uring_backend() {
     // closing the ring cancels our own wake-up poll. A registered ring
     // descriptor is released too (io_uring_queue_exit does it), from the
     // table of the calling thread: which is why a single-thread ring must be
-    // destroyed on its own thread.
+    // destroyed on its own thread. Buffers still lent keep the pool alive.
+    if (m_pool) {
+        m_pool->detach(m_ring);
+        m_pool->retire();
+    }
     ::io_uring_queue_exit(&m_ring);
     ::close(m_wake_fd);
 }
@@ -273,6 +352,7 @@ std::uint32_t io_uring_backend::allocate_slot(operation& op) {
     s.state = slot_state::in_kernel;
     s.cancel_requested = false;
     s.awaiting_readiness = false;
+    s.pooled_plain = false;
     s.closed = false;
     return index;
 }
@@ -283,6 +363,7 @@ void io_uring_backend::release_slot(std::uint32_t index) noexcept {
     s.state = slot_state::free;
     s.cancel_requested = false;
     s.awaiting_readiness = false;
+    s.pooled_plain = false;
     s.closed = false;
     // A completion still travelling under the old generation will not match.
     s.generation = next_generation(s.generation);
@@ -355,6 +436,15 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
                 ::io_uring_prep_writev(sqe, fd, op.args.vec.iov, static_cast<unsigned>(op.args.vec.count), current_position);
                 break;
             case op_code::recv: ::io_uring_prep_recv(sqe, fd, op.args.buf.data, size(), op.flags); break;
+            case op_code::recv_pooled:
+                if (s.pooled_plain) {
+                    ::io_uring_prep_recv(sqe, fd, m_pool->address(op.args.pooled.id), m_pool->buffer_size(), op.flags);
+                } else {
+                    ::io_uring_prep_recv(sqe, fd, nullptr, m_pool->buffer_size(), op.flags);
+                    sqe->flags |= IOSQE_BUFFER_SELECT;
+                    sqe->buf_group = ring_pool::group;
+                }
+                break;
             // MSG_NOSIGNAL: a closed peer is EPIPE, never a SIGPIPE that kills the process.
             case op_code::send: ::io_uring_prep_send(sqe, fd, op.args.buf.data, size(), op.flags | MSG_NOSIGNAL); break;
             case op_code::recvmsg: ::io_uring_prep_recvmsg(sqe, fd, op.args.msg, static_cast<unsigned>(op.flags)); break;
@@ -465,9 +555,15 @@ bool io_uring_backend::submit(operation& op) {
     }
     const auto fd_index = static_cast<std::size_t>(op.fd);
     if (fd_index >= m_by_fd.size()) m_by_fd.resize(std::max(fd_index + 1, m_by_fd.size() * 2));
+    if (op.code == op_code::recv_pooled && !m_pool) {
+        auto* pool = new ring_pool(m_read_buffer_size);
+        pool->attach(m_ring, m_read_buffer_ring);
+        m_pool = pool;
+    }
     const std::uint32_t index = allocate_slot(op);
     op.backend_slot = index;
     op.state = op_state::pending;
+    if (op.code == op_code::recv_pooled) start_pooled(index);
     if (m_fail_submit || !queue_request(index)) {
         release_slot(index);
         op.state = op_state::idle;
@@ -522,6 +618,18 @@ void io_uring_backend::forget(operation& op) noexcept {
             m_slots[index].op = nullptr;
             op.state = op_state::idle;
             return;
+        }
+    }
+    // A pooled receive's buffer goes back: the one it was given, or the
+    // kernel's pick in a completion nobody will dispatch now.
+    if (op.code == op_code::recv_pooled) {
+        const slot& s = m_slots[index];
+        if (s.pooled_plain && !s.awaiting_readiness) m_pool->give_back(op.args.pooled.id);
+        const std::uint64_t data = user_data_of(index);
+        for (completion& c : m_collected) {
+            if (c.user_data != data) continue;
+            recycle_buffer(c.flags);
+            c.flags &= ~IORING_CQE_F_BUFFER;
         }
     }
     // An accept that won the race made a descriptor nobody will ever see.
@@ -669,9 +777,9 @@ void io_uring_backend::note(const ::io_uring_cqe& cqe) noexcept {
         }
         return;
     }
-    if (index >= m_slots.size()) return;
+    if (index >= m_slots.size()) return recycle_buffer(cqe.flags);
     slot& s = m_slots[index];
-    if (s.generation != generation || s.state != slot_state::in_kernel) return;  // forgotten
+    if (s.generation != generation || s.state != slot_state::in_kernel) return recycle_buffer(cqe.flags);  // forgotten
     if (!(cqe.flags & IORING_CQE_F_MORE)) {
         // The kernel is done with the operation's memory from here on.
         s.state = slot_state::collected;
@@ -686,10 +794,14 @@ void io_uring_backend::dispatch() {
     for (std::size_t i = 0; i < m_collected.size(); ++i) {
         const completion c = m_collected[i];
         const auto index = static_cast<std::uint32_t>(c.user_data);
-        if (index >= m_slots.size() || m_slots[index].generation != (c.user_data >> 32)) continue;
+        if (index >= m_slots.size() || m_slots[index].generation != (c.user_data >> 32)) {
+            recycle_buffer(c.flags);
+            continue;
+        }
         slot& s = m_slots[index];
         if (!s.op) {
             // Forgotten while the ring was failing: its last completion frees it.
+            recycle_buffer(c.flags);
             if (!(c.flags & IORING_CQE_F_MORE)) release_slot(index);
             continue;
         }
@@ -703,12 +815,78 @@ void io_uring_backend::dispatch() {
             op.complete(op);
             continue;
         }
-        finish_request(index, c.res);
+        finish_request(index, c.res, c.flags);
     }
     m_collected.clear();
 }
 
-void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
+void io_uring_backend::recycle_buffer(std::uint32_t flags) noexcept {
+    if (flags & IORING_CQE_F_BUFFER) m_pool->recycle(flags >> IORING_CQE_BUFFER_SHIFT);
+}
+
+void io_uring_backend::start_pooled(std::uint32_t index) noexcept {
+    // Without a ring the receive waits for readiness first, so that it takes
+    // a buffer only when data is there.
+    slot& s = m_slots[index];
+    s.pooled_plain = !m_pool->has_ring();
+    s.awaiting_readiness = s.pooled_plain;
+}
+
+void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags) {
+    slot& s = m_slots[index];
+    operation& op = *s.op;
+    const bool cancelled = s.cancel_requested;
+    if (s.awaiting_readiness) {
+        // Readable: receive into a buffer taken now.
+        s.awaiting_readiness = false;
+        if (cancelled) return finish(index, -ECANCELED);
+        if (res < 0) return finish(index, res);
+        if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
+        if (!queue_request(index)) {
+            m_pool->give_back(op.args.pooled.id);
+            finish(index, -EIO);
+        }
+        return;
+    }
+    // The buffer the receive filled: the kernel's pick, or the one it was given.
+    bool held = false;
+    std::uint32_t id = 0;
+    if (flags & IORING_CQE_F_BUFFER) {
+        held = true;
+        id = flags >> IORING_CQE_BUFFER_SHIFT;
+        m_pool->lent_by_kernel();
+    } else if (s.pooled_plain) {
+        held = true;
+        id = op.args.pooled.id;
+    }
+    if (res > 0) {
+        op.args.pooled = {m_pool, id};
+        return finish(index, res);  // closed meanwhile: finish gives it back
+    }
+    if (held) m_pool->give_back(id);
+    const bool retry = res == -ENOBUFS || res == -EAGAIN || res == -EINTR;
+    if (retry && cancelled) return finish(index, -ECANCELED);
+    if (res == -ENOBUFS || res == -EAGAIN) {
+        // ENOBUFS: the ring ran dry; another chunk for it while it has room.
+        // Beyond that, and on an EAGAIN (as for any operation the kernel
+        // cannot wait on, finish_request), wait for readiness and take one of
+        // the pool's other buffers.
+        if (res == -EAGAIN || !m_pool->grow_ring()) s.pooled_plain = s.awaiting_readiness = true;
+        if (!queue_request(index)) finish(index, -EIO);
+        return;
+    }
+    if (res == -EINTR) {
+        if (s.pooled_plain && !m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
+        if (!queue_request(index)) {
+            if (s.pooled_plain) m_pool->give_back(op.args.pooled.id);
+            finish(index, -EIO);
+        }
+        return;
+    }
+    finish(index, res);
+}
+
+void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res, std::uint32_t flags) {
     slot& s = m_slots[index];
     operation& op = *s.op;
     const bool cancelled = s.cancel_requested;
@@ -721,6 +899,8 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res) {
         if (!queue_request(index)) finish(index, -EIO);
         return;
     }
+
+    if (op.code == op_code::recv_pooled) return finish_pooled(index, res, flags);
 
     if (op.code == op_code::poll) {
         if (op.persistent && !cancelled) {

@@ -68,6 +68,10 @@ private:
         // The operation hit EAGAIN; the request in the kernel is a one-shot poll
         // for its direction, after which the operation is sent again.
         bool awaiting_readiness = false;
+        // A pooled receive that cannot have the kernel pick from its ring (none,
+        // or all lent): it waits for readiness, then receives into a buffer
+        // taken from the pool (held in op.args.pooled.id while in the kernel).
+        bool pooled_plain = false;
         // m_issuer_epoch when the request was made.
         std::uint32_t issuer_epoch = 0;
     };
@@ -95,11 +99,16 @@ private:
     void collect() noexcept;
     void note(const ::io_uring_cqe& cqe) noexcept;
     void dispatch();
-    void finish_request(std::uint32_t index, std::int32_t res);
+    void finish_request(std::uint32_t index, std::int32_t res, std::uint32_t flags);
+    void finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags);
+    void start_pooled(std::uint32_t index) noexcept;
+    void recycle_buffer(std::uint32_t flags) noexcept;
     void finish(std::uint32_t index, std::int64_t result);
     void link_fd(operation& op) noexcept;
     void unlink_fd(operation& op) noexcept;
     bool lookup(const operation& op, std::uint32_t& index) const noexcept;
+
+    class ring_pool;
 
     ::io_uring m_ring{};
     int m_wake_fd = -1;
@@ -115,6 +124,12 @@ private:
     bool m_single_thread = false;
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
+
+    // Pooled receives' buffers, made by the first one; the kernel picks from
+    // its ring (buffer group 0) where it has one (5.19).
+    ring_pool* m_pool = nullptr;
+    std::size_t m_read_buffer_size;
+    std::uint32_t m_read_buffer_ring;
 
     std::vector<slot> m_slots;
     std::uint32_t m_free_head;  // a free slot's index, or m_slots.size() when none

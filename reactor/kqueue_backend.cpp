@@ -76,7 +76,7 @@ int apply_with_receipts(int kq, struct kevent* changes, int n) noexcept {
 
 }  // namespace
 
-kqueue_backend::kqueue_backend() {
+kqueue_backend::kqueue_backend(const backend_options& options) : readiness_backend(options) {
     m_kq = ::kqueue();
     if (m_kq < 0) throw std::system_error(errno, std::system_category(), "kqueue");
     // A kqueue is not inherited by fork(), but its descriptor would survive exec().

@@ -18,7 +18,7 @@ namespace spindle::reactor {
 
 class kqueue_backend final : public readiness_backend {
 public:
-    kqueue_backend();
+    explicit kqueue_backend(const backend_options& options = {});
     ~kqueue_backend() override;
     kqueue_backend(const kqueue_backend&) = delete;
     kqueue_backend& operator=(const kqueue_backend&) = delete;

@@ -2,8 +2,11 @@
 
 #include "syscall_op.hpp"
 
+#include <spindle/reactor/buffer_pool.hpp>
+
 #include <algorithm>
 #include <cerrno>
+#include <new>
 #include <poll.h>
 
 namespace spindle::reactor {
@@ -52,7 +55,38 @@ void readiness_backend::op_list::erase(operation& op) noexcept {
     op.next = op.prev = nullptr;
 }
 
-readiness_backend::readiness_backend() { m_fds.resize(256); }
+readiness_backend::readiness_backend(const backend_options& options) : m_read_buffer_size(options.read_buffer_size) {
+    m_fds.resize(256);
+}
+
+readiness_backend::~readiness_backend() {
+    if (m_pool) m_pool->retire();
+}
+
+std::int64_t readiness_backend::receive_pooled(operation& op) noexcept {
+    // A buffer is taken for the attempt and put back at once when nothing
+    // was there: a receive waiting for readiness holds none.
+    if (!m_pool) {
+        m_pool = new (std::nothrow) buffer_pool(m_read_buffer_size);
+        if (!m_pool) return -ENOMEM;
+    }
+    std::uint32_t id;
+    if (!m_pool->take(id)) return -ENOMEM;
+    std::int64_t r;
+    do {
+        r = or_errno(::recv(op.fd, m_pool->address(id), m_pool->buffer_size(), op.flags));
+    } while (r == -EINTR);
+    if (r > 0) {
+        op.args.pooled = {m_pool, id};
+        return r;
+    }
+    m_pool->give_back(id);
+    return r;
+}
+
+std::int64_t readiness_backend::transfer(operation& op) noexcept {
+    return op.code == op_code::recv_pooled ? receive_pooled(op) : perform(op);
+}
 
 readiness_backend::fd_state& readiness_backend::state_of(int fd) {
     auto index = static_cast<std::size_t>(fd);
@@ -78,7 +112,7 @@ bool readiness_backend::attempt(operation& op, fd_state& st) noexcept {
         r = start_connect(op);
         if (r == -EINPROGRESS) return false;
     } else {
-        r = with_reported_error(st.error, perform(op));
+        r = with_reported_error(st.error, transfer(op));
         if (r == -EAGAIN || r == -EWOULDBLOCK) return false;
     }
     return complete_now(op, r);
@@ -206,7 +240,7 @@ void readiness_backend::retry(fd_state& st, op_list& list, std::uint32_t got, bo
             op = next;
             continue;
         }
-        const std::int64_t r = with_reported_error(st.error, op->code == op_code::connect ? finish_connect(*op) : perform(*op));
+        const std::int64_t r = with_reported_error(st.error, op->code == op_code::connect ? finish_connect(*op) : transfer(*op));
         if (r == -EAGAIN || r == -EWOULDBLOCK) {
             // The rest must wait too, but readiness waits further on (a readable|
             // writable watcher kept with the readers) still hear of this event.

@@ -28,7 +28,8 @@ public:
     void close_fd(int fd) noexcept override;
 
 protected:
-    readiness_backend();
+    explicit readiness_backend(const backend_options& options);
+    ~readiness_backend() override;
 
     // Pending operations, linked through operation::next and prev.
     struct op_list {
@@ -74,12 +75,17 @@ protected:
     int m_completed = 0;  // by the poll() in progress
 
 private:
+    // The operation's syscall; a pooled receive lends a buffer only for data.
+    std::int64_t transfer(operation& op) noexcept;
+    std::int64_t receive_pooled(operation& op) noexcept;
     void retry(fd_state& st, op_list& list, std::uint32_t got, bool polls_only);
     void unlink(operation& op) noexcept;
     op_list& list_for(operation& op) noexcept;
 
     // Persistent polls found ready at submit: completed by the next poll().
     op_list m_deferred;
+    std::size_t m_read_buffer_size;
+    buffer_pool* m_pool = nullptr;  // made by the first pooled receive
 };
 
 }  // namespace spindle::reactor

@@ -22,6 +22,7 @@ inline bool is_reader(const operation& op) noexcept {
         case op_code::readv:
         case op_code::recv:
         case op_code::recvmsg:
+        case op_code::recv_pooled:
         case op_code::accept: return true;
         case op_code::poll: return (op.events & readable) != 0;
         default: return false;

@@ -8,6 +8,7 @@
 #include "loop_core.hpp"
 
 #include <spindle/io.hpp>
+#include <spindle/reactor/buffer_pool.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -35,6 +36,7 @@ io_kind kind_of(reactor::op_code code) noexcept {
         case reactor::op_code::accept: return io_kind::accept;
         case reactor::op_code::connect: return io_kind::connect;
         case reactor::op_code::poll: return io_kind::poll;
+        case reactor::op_code::recv_pooled: return io_kind::read;
     }
     return io_kind::poll;
 }
@@ -89,7 +91,8 @@ static_assert(static_cast<int>(io_code::poll) == static_cast<int>(reactor::op_co
               static_cast<int>(io_code::accept) == static_cast<int>(reactor::op_code::accept) &&
               static_cast<int>(io_code::connect) == static_cast<int>(reactor::op_code::connect) &&
               static_cast<int>(io_code::sendmsg) == static_cast<int>(reactor::op_code::sendmsg) &&
-              static_cast<int>(io_code::read) == static_cast<int>(reactor::op_code::read));
+              static_cast<int>(io_code::read) == static_cast<int>(reactor::op_code::read) &&
+              static_cast<int>(io_code::recv_pooled) == static_cast<int>(reactor::op_code::recv_pooled));
 
 bool submit_io(loop_core& core, io_op& o) noexcept {
     reactor::operation& op = io_access::op(o);
@@ -122,9 +125,23 @@ void io_wait::on_discard() noexcept {
     if (!cancelled()) reactor::release_handed_over(io_access::op(*this));
 }
 
+spindle::result<borrowed_buffer> borrowed_read_wait::take() noexcept {
+    const std::int64_t n = outcome();
+    if (n < 0) return std::error_code(static_cast<int>(-n), std::system_category());
+    if (n == 0) return borrowed_buffer{};
+    const reactor::operation& op = io_access::op(operation());
+    reactor::buffer_pool* pool = op.args.pooled.pool;
+    return borrowed_buffer(reinterpret_cast<buffer_lender*>(pool), op.args.pooled.id, pool->address(op.args.pooled.id),
+                           static_cast<std::uint32_t>(n));
+}
+
+void give_back(buffer_lender* lender, std::uint32_t id) noexcept {
+    reinterpret_cast<reactor::buffer_pool*>(lender)->give_back(id);
+}
+
 void io_wait::describe(std::string& out) const {
     static constexpr const char* names[] = {"read", "write", "readv", "writev", "recv", "send",
-                                            "recvmsg", "sendmsg", "accept", "connect", "poll"};
+                                            "recvmsg", "sendmsg", "accept", "connect", "poll", "borrowed recv"};
     const reactor::operation& op = io_access::op(*this);
     const auto code = static_cast<std::size_t>(op.code);
     out += code < std::size(names) ? names[code] : "I/O";

@@ -54,8 +54,13 @@ std::int64_t steady_ns() noexcept {
 std::unique_ptr<reactor::backend> open_backend(const loop_options& options) {
     std::string fallback_reason;
     std::string notes;
+    // A borrowed read's size travels in 32 bits.
+    if (options.read_buffer_size == 0 || options.read_buffer_size > (std::size_t{1} << 30))
+        throw std::invalid_argument("spindle: loop_options::read_buffer_size must be between 1 byte and 1 GiB");
     reactor::backend_options backend_options;
     backend_options.single_thread = options.single_thread;
+    backend_options.read_buffer_size = options.read_buffer_size;
+    backend_options.read_buffer_ring = options.read_buffer_ring;
     auto backend =
         reactor::make_backend(static_cast<reactor::backend_kind>(options.backend), backend_options, fallback_reason, notes);
     if (!fallback_reason.empty()) {

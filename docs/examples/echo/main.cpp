@@ -14,14 +14,34 @@ using namespace spindle::examples;
 
 namespace {
 
-// In the frame, so a connection costs one allocation and a message none.
+// For a stream that cannot lend buffers: in the frame, so a connection costs
+// one allocation and a message none.
 constexpr std::size_t buffer_size = 16 * 1024;
 
 bool cancelled(std::error_code error) noexcept { return error == std::errc::operation_canceled; }
 
-// Any byte stream: a tcp_stream (with TCP_NODELAY set), the encrypted stream
-// over one, a test's memory_stream.
+// A socket lends its reads' buffers: a connection waiting for input holds no
+// buffer at all, only its frame (about 5 KiB less per idle connection).
+template <net::reads_borrowed Stream>
+task<void> echo(Stream& stream, std::stop_token stop) {
+    for (;;) {
+        result<borrowed_buffer> got = co_await stream.read_borrowed(stop);
+        if (!got) {
+            if (!cancelled(got.error())) logger()->debug("echo: read: {}", got.error().message());
+            break;
+        }
+        if (got->empty()) break;  // the peer closed
+        if (result<void> w = co_await stream.write_all(got->bytes(), stop); !w) {
+            if (!cancelled(w.error())) logger()->debug("echo: write: {}", w.error().message());
+            break;
+        }
+    }
+}
+
+// Any other byte stream: the encrypted stream over a socket, a test's
+// memory_stream.
 template <net::byte_stream Stream>
+    requires(!net::reads_borrowed<Stream>)
 task<void> echo(Stream& stream, std::stop_token stop) {
     std::array<std::byte, buffer_size> buffer;
     for (;;) {

@@ -14,6 +14,7 @@
 /// kernel's order, often the last made first. A protocol that needs an order
 /// reads from one task.
 
+#include <spindle/borrowed_buffer.hpp>
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/io_op.hpp>
 #include <spindle/park.hpp>
@@ -58,6 +59,7 @@ public:
 protected:
     /// The syscall-style outcome: a count or descriptor, or -errno.
     std::int64_t outcome() const noexcept { return cancelled() ? -ECANCELED : result(); }
+    const io_op& operation() const noexcept { return *this; }
 
 private:
     static void on_complete(io_op& op) noexcept { static_cast<io_wait&>(op).complete(); }
@@ -75,6 +77,13 @@ public:
 
 template <class R>
 using io_awaiter = parked<io_result_wait<R>>;
+
+/// A pooled receive: completes with the buffer the loop lent for the data.
+class borrowed_read_wait : public io_wait {
+public:
+    using io_wait::io_wait;
+    spindle::result<borrowed_buffer> take() noexcept;
+};
 
 inline io_request buffer_request(int fd, io_code code, void* data, std::size_t size, int flags = 0) noexcept {
     io_request r;
@@ -136,6 +145,15 @@ inline io_request poll_request(int fd, std::uint32_t events, bool persistent = f
 [[nodiscard]] inline detail::io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0, std::stop_token token = {}) {
     return detail::io_awaiter<std::size_t>(std::move(token),
                                            detail::buffer_request(fd, detail::io_code::recv, buf.data(), buf.size(), flags));
+}
+
+/// recv(2) into a buffer the loop lends once data has arrived (see
+/// borrowed_buffer.hpp): the buffer holds at least one byte, at most
+/// loop_options::read_buffer_size; an empty one means end of stream. A
+/// receive waiting for data holds no buffer. `flags` as for recv.
+[[nodiscard]] inline parked<detail::borrowed_read_wait> recv_borrowed(int fd, int flags = 0, std::stop_token token = {}) {
+    return parked<detail::borrowed_read_wait>(std::move(token),
+                                              detail::buffer_request(fd, detail::io_code::recv_pooled, nullptr, 0, flags));
 }
 
 /// send(2); never raises SIGPIPE (MSG_NOSIGNAL is always added).

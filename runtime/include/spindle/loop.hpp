@@ -83,6 +83,15 @@ struct loop_options {
     /// shown by tasks() and dump_tasks(), and one per loop in metrics():
     /// for finding slow tasks. Off by default.
     bool task_run_histogram = false;
+    /// Borrowed reads (recv_borrowed, a stream's read_borrowed) receive into
+    /// buffers of this size, lent by the loop only once data has arrived;
+    /// the loop maps them 16 at a time as they are needed and keeps them.
+    std::size_t read_buffer_size = 16 * 1024;
+    /// io_uring: at most this many of them (a power of two, at most 32768)
+    /// are handed to the kernel, which picks one when data arrives. With all
+    /// of those lent, a borrowed read waits for readiness and then takes one
+    /// of the loop's other buffers: slower, never failing for want of one.
+    std::uint32_t read_buffer_ring = 1024;
 };
 
 /// One task, as the dump of a loop's tasks shows it.

@@ -22,6 +22,12 @@
 ///   buffers' total, possibly partial. Text and gather writes on any stream
 ///   (net::write_all, write.hpp) drive it when the stream has one, and go
 ///   through write_all(bufs) otherwise.
+/// - Optionally, `co_await s.read_borrowed(token)` yielding
+///   `result<borrowed_buffer>`: the bytes that arrived, in a buffer lent by
+///   the loop only once they are there (borrowed_buffer.hpp), empty at end of
+///   stream. Sockets offer it; code that serves many mostly idle connections
+///   uses it when the stream has it (net::reads_borrowed), so that a waiting
+///   connection holds no buffer.
 /// - Half-close ends this side's writing: the peer reads end of stream after
 ///   everything written before; this side can still read. A stream whose
 ///   half-close completes at once (sockets, memory_stream) offers
@@ -55,6 +61,7 @@
 /// write may be in flight at the same time (a reader task and a writer task);
 /// two reads, or two writes, at once have no defined order.
 
+#include <spindle/borrowed_buffer.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/result.hpp>
 
@@ -93,6 +100,12 @@ concept byte_stream = requires(S& s, std::span<std::byte> in, std::span<const st
     { s.write_all(bufs, token) } -> detail::awaitable_of<result<void>>;
     { s.close() } noexcept;
 } && (detail::shuts_down_by_operation<S> || detail::shuts_down_at_once<S>);
+
+/// The stream lends its reads' buffers: `co_await s.read_borrowed(token)`.
+template <class S>
+concept reads_borrowed = byte_stream<S> && requires(S& s, std::stop_token token) {
+    { s.read_borrowed(token) } -> detail::awaitable_of<result<borrowed_buffer>>;
+};
 
 /// `co_await net::shutdown_write(s, token)`: the stream's half-close, whether
 /// it is an operation (awaited, with the token) or completes at once (then

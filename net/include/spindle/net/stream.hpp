@@ -26,6 +26,12 @@ public:
     [[nodiscard]] auto read_some(std::span<std::byte> buf, std::stop_token token = {}) {
         return spindle::recv(fd_for_io(), buf, 0, std::move(token));
     }
+    /// Reads into a buffer the loop lends once data has arrived
+    /// (borrowed_buffer.hpp): at least one byte, empty at end of stream. While
+    /// it waits, the connection holds no read buffer.
+    [[nodiscard]] auto read_borrowed(std::stop_token token = {}) {
+        return spindle::recv_borrowed(fd_for_io(), 0, std::move(token));
+    }
     /// Writes at most buf.size() bytes (a partial write is possible).
     [[nodiscard]] auto write_some(std::span<const std::byte> buf, std::stop_token token = {}) {
         return spindle::send(fd_for_io(), buf, 0, std::move(token));
@@ -54,5 +60,6 @@ public:
 };
 
 static_assert(byte_stream<stream_socket>);
+static_assert(reads_borrowed<stream_socket>);
 
 }  // namespace spindle::net

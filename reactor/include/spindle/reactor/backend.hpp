@@ -6,6 +6,8 @@
 #include <spindle/reactor/operation.hpp>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +69,13 @@ struct backend_options {
     /// then tie its ring to that thread (single issuer, deferred task work)
     /// and register the ring's descriptor.
     bool single_thread = false;
+    /// Pooled receives (op_code::recv_pooled): the size of each buffer lent.
+    std::size_t read_buffer_size = 16 * 1024;
+    /// io_uring: at most this many buffers are handed to the kernel as its
+    /// ring of provided buffers (a power of two, at most 32768); once they are
+    /// all lent, a pooled receive waits for readiness and takes one of the
+    /// pool's other buffers.
+    std::uint32_t read_buffer_ring = 1024;
 };
 
 /// Creates a backend. Throws std::system_error when the kind cannot start here.

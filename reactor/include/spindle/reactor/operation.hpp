@@ -21,6 +21,10 @@ enum class op_code : std::uint8_t {
     accept,   ///< accept4(2), the new descriptor is non-blocking and close-on-exec
     connect,  ///< connect(2); completes with 0 or the socket's SO_ERROR
     poll,     ///< readiness of `events` (readable / writable)
+    /// recv(2) with flags into a buffer the backend lends from its pool only
+    /// once data is there: on a result > 0, args.pooled says which, and the
+    /// owner gives it back (buffer_pool::give_back); on 0 or an error, none.
+    recv_pooled,
 };
 
 /// Readiness bits for op_code::poll; backend-neutral on purpose.
@@ -28,6 +32,7 @@ enum poll_events : std::uint32_t { readable = 1u, writable = 2u };
 
 enum class op_state : std::uint8_t { idle, pending, done };
 
+class buffer_pool;
 struct operation;
 /// Called by the backend when an operation completes (from poll() or cancel()).
 /// It must not resume a coroutine inline: it only schedules.
@@ -52,6 +57,7 @@ struct operation {
         ::msghdr* msg;
         struct { ::sockaddr* addr; ::socklen_t* len; } accept;
         struct { const ::sockaddr* addr; ::socklen_t len; } connect;
+        struct { buffer_pool* pool; std::uint32_t id; } pooled;
     } args{};
 
     /// Bytes transferred, a new descriptor, 0, or -errno. Set before complete().
@@ -69,7 +75,8 @@ struct operation {
 
 /// Closes what a successful completion of `op` handed over (an accepted
 /// descriptor in op.result; descriptors received with SCM_RIGHTS in a
-/// recvmsg's control buffer): for a completion nobody will see.
+/// recvmsg's control buffer; a pooled receive's buffer, given back): for a
+/// completion nobody will see.
 void release_handed_over(const operation& op) noexcept;
 
 }  // namespace spindle::reactor

@@ -23,6 +23,7 @@ enum class io_code : std::uint8_t {
     accept,   // accept(2): the new descriptor is non-blocking and close-on-exec
     connect,  // connect(2): completes with 0 or the socket's SO_ERROR
     poll,     // readiness (spindle::readiness flags in `events`)
+    recv_pooled,  // recv(2) with flags into a buffer the loop lends once data is there
 };
 
 struct io_request {
