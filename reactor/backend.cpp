@@ -24,7 +24,10 @@ namespace spindle::reactor {
 void release_handed_over(const operation& op) noexcept {
     if (op.result < 0) return;
     if (op.code == op_code::recv_pooled) {
-        if (op.result > 0) op.args.pooled.pool->give_back(op.args.pooled.id);
+        if (op.result > 0) {
+            op.args.pooled.pool->delivered();
+            op.args.pooled.pool->give_back(op.args.pooled.id);
+        }
     } else if (op.code == op_code::accept) {
         ::close(static_cast<int>(op.result));
     } else if (op.code == op_code::recvmsg && op.args.msg) {

@@ -200,7 +200,7 @@ std::string setup_failure(int err) {
 io_uring_backend::io_uring_backend(const backend_options& options, std::string& notes)
     : m_wake_data(wake_data), m_read_buffer_size(options.read_buffer_size), m_free_head(no_slot) {
     // A ring's size is a power of two, and a buffer id 16 bits.
-    m_read_buffer_ring = std::bit_floor(std::clamp<std::uint32_t>(options.read_buffer_ring, 1, 32768));
+    m_read_buffer_batch = std::bit_floor(std::clamp<std::uint32_t>(options.read_buffer_batch, 1, 32768));
     const fault injected = fault_injected();
     m_fail_submit = injected == fault::submit;
     if (injected == fault::setup)
@@ -557,7 +557,7 @@ bool io_uring_backend::submit(operation& op) {
     if (fd_index >= m_by_fd.size()) m_by_fd.resize(std::max(fd_index + 1, m_by_fd.size() * 2));
     if (op.code == op_code::recv_pooled && !m_pool) {
         auto* pool = new ring_pool(m_read_buffer_size);
-        pool->attach(m_ring, m_read_buffer_ring);
+        pool->attach(m_ring, m_read_buffer_batch);
         m_pool = pool;
     }
     const std::uint32_t index = allocate_slot(op);
@@ -624,7 +624,10 @@ void io_uring_backend::forget(operation& op) noexcept {
     // kernel's pick in a completion nobody will dispatch now.
     if (op.code == op_code::recv_pooled) {
         const slot& s = m_slots[index];
-        if (s.pooled_plain && !s.awaiting_readiness) m_pool->give_back(op.args.pooled.id);
+        if (s.pooled_plain && !s.awaiting_readiness) {
+            --m_plain_in_kernel;
+            m_pool->give_back(op.args.pooled.id);
+        }
         const std::uint64_t data = user_data_of(index);
         for (completion& c : m_collected) {
             if (c.user_data != data) continue;
@@ -673,13 +676,16 @@ void io_uring_backend::close_fd(int fd) noexcept {
         m_slots[op->backend_slot].closed = true;
         queue_cancel(op->backend_slot);
     }
-    // Completions already collected must not lead to a retry or a re-armed
-    // poll on a number that may soon name another file.
-    for (const completion& c : m_collected) {
-        const auto index = static_cast<std::uint32_t>(c.user_data);
-        if ((c.user_data >> 32) == 0 || index >= m_slots.size()) continue;
-        slot& s = m_slots[index];
-        if (s.generation == (c.user_data >> 32) && s.op && s.op->fd == fd) s.cancel_requested = s.closed = true;
+    // Completions already collected (or held back for the next poll) must
+    // not lead to a retry or a re-armed poll on a number that may soon name
+    // another file.
+    for (const std::vector<completion>* list : {&m_collected, &m_postponed}) {
+        for (const completion& c : *list) {
+            const auto index = static_cast<std::uint32_t>(c.user_data);
+            if ((c.user_data >> 32) == 0 || index >= m_slots.size()) continue;
+            slot& s = m_slots[index];
+            if (s.generation == (c.user_data >> 32) && s.op && s.op->fd == fd) s.cancel_requested = s.closed = true;
+        }
     }
 }
 
@@ -693,7 +699,8 @@ int io_uring_backend::poll(std::chrono::nanoseconds timeout) {
             throw std::logic_error("spindle: a single-thread io_uring backend polled from another thread");
         adopt_calling_thread();
     }
-    if (!m_collected.empty() || ::io_uring_cq_ready(&m_ring) > 0) timeout = std::chrono::nanoseconds::zero();
+    if (!m_collected.empty() || !m_postponed.empty() || ::io_uring_cq_ready(&m_ring) > 0)
+        timeout = std::chrono::nanoseconds::zero();
     if (timeout == std::chrono::nanoseconds::zero()) {
         // Enter only to send requests or to run completions the kernel holds
         // for us (IORING_SQ_TASKRUN) or could not fit in the queue; otherwise
@@ -737,7 +744,13 @@ int io_uring_backend::poll(std::chrono::nanoseconds timeout) {
         arm_wake();
         flush();
     }
+    // Pooled receives the last poll held back go first.
+    if (!m_postponed.empty()) {
+        m_collected.insert(m_collected.begin(), m_postponed.begin(), m_postponed.end());
+        m_postponed.clear();
+    }
     dispatch();
+    if (!m_postponed.empty()) wake();  // a host polling native_handle() comes back for the rest
     return m_completed;
 }
 
@@ -837,12 +850,19 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
     operation& op = *s.op;
     const bool cancelled = s.cancel_requested;
     if (s.awaiting_readiness) {
-        // Readable: receive into a buffer taken now.
-        s.awaiting_readiness = false;
+        // Readable: receive into a buffer taken now, unless this poll has
+        // lent its batch already; then the next poll comes back to it first.
         if (cancelled) return finish(index, -ECANCELED);
         if (res < 0) return finish(index, res);
+        if (m_pool->in_transit() + m_plain_in_kernel >= m_read_buffer_batch) {
+            m_postponed.push_back({user_data_of(index), res, 0});
+            return;
+        }
+        s.awaiting_readiness = false;
         if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
+        ++m_plain_in_kernel;
         if (!queue_request(index)) {
+            --m_plain_in_kernel;
             m_pool->give_back(op.args.pooled.id);
             finish(index, -EIO);
         }
@@ -858,9 +878,11 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
     } else if (s.pooled_plain) {
         held = true;
         id = op.args.pooled.id;
+        --m_plain_in_kernel;
     }
     if (res > 0) {
         op.args.pooled = {m_pool, id};
+        m_pool->handed_over();
         return finish(index, res);  // closed meanwhile: finish gives it back
     }
     if (held) m_pool->give_back(id);
@@ -876,9 +898,15 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
         return;
     }
     if (res == -EINTR) {
-        if (s.pooled_plain && !m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
+        if (s.pooled_plain) {
+            if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
+            ++m_plain_in_kernel;
+        }
         if (!queue_request(index)) {
-            if (s.pooled_plain) m_pool->give_back(op.args.pooled.id);
+            if (s.pooled_plain) {
+                --m_plain_in_kernel;
+                m_pool->give_back(op.args.pooled.id);
+            }
             finish(index, -EIO);
         }
         return;

@@ -129,7 +129,7 @@ private:
     // its ring (buffer group 0) where it has one (5.19).
     ring_pool* m_pool = nullptr;
     std::size_t m_read_buffer_size;
-    std::uint32_t m_read_buffer_ring;
+    std::uint32_t m_read_buffer_batch;
 
     std::vector<slot> m_slots;
     std::uint32_t m_free_head;  // a free slot's index, or m_slots.size() when none
@@ -137,6 +137,12 @@ private:
     // through operation::next/prev: close_fd finds them without a scan.
     std::vector<operation*> m_by_fd;
     std::vector<completion> m_collected;
+    // Readiness of pooled receives that came while m_read_buffer_batch
+    // buffers were on their way to tasks that had not run yet: dispatched
+    // first by the next poll, so a burst of readable connections does not
+    // take a buffer each at once.
+    std::vector<completion> m_postponed;
+    std::uint32_t m_plain_in_kernel = 0;  // buffers taken for plain pooled receives the kernel holds
     int m_completed = 0;
 };
 

@@ -16,6 +16,7 @@ namespace {
 // operation::backend_tag: which list holds a pending operation.
 constexpr std::uint8_t in_fd_list = 1;
 constexpr std::uint8_t in_deferred = 2;
+constexpr std::uint8_t in_postponed = 3;
 
 // libkqueue reads SO_ERROR to fill in an event's fflags, and reading it
 // clears it: the syscall that follows finds no error (a refused connect looks
@@ -55,7 +56,8 @@ void readiness_backend::op_list::erase(operation& op) noexcept {
     op.next = op.prev = nullptr;
 }
 
-readiness_backend::readiness_backend(const backend_options& options) : m_read_buffer_size(options.read_buffer_size) {
+readiness_backend::readiness_backend(const backend_options& options)
+    : m_read_buffer_size(options.read_buffer_size), m_read_buffer_batch(std::max<std::uint32_t>(options.read_buffer_batch, 1)) {
     m_fds.resize(256);
 }
 
@@ -78,11 +80,14 @@ std::int64_t readiness_backend::receive_pooled(operation& op) noexcept {
     } while (r == -EINTR);
     if (r > 0) {
         op.args.pooled = {m_pool, id};
+        m_pool->handed_over();
         return r;
     }
     m_pool->give_back(id);
     return r;
 }
+
+bool readiness_backend::batch_lent() const noexcept { return m_pool && m_pool->in_transit() >= m_read_buffer_batch; }
 
 std::int64_t readiness_backend::transfer(operation& op) noexcept {
     return op.code == op_code::recv_pooled ? receive_pooled(op) : perform(op);
@@ -142,6 +147,21 @@ bool readiness_backend::start_poll(operation& op, fd_state& st, std::uint32_t re
 }
 
 void readiness_backend::complete_deferred() noexcept {
+    // Pooled receives held back by the last poll go first, as far as the
+    // tasks that ran since have taken their buffers.
+    for (operation* op = m_postponed.head; op && !batch_lent();) {
+        operation* next = op->next;
+        m_postponed.erase(*op);
+        fd_state& st = m_fds[static_cast<std::size_t>(op->fd)];
+        const std::int64_t r = with_reported_error(st.error, receive_pooled(*op));
+        if (r == -EAGAIN || r == -EWOULDBLOCK) {
+            park(*op, st);
+        } else {
+            finish(*op, r);
+        }
+        op = next;
+    }
+    if (!m_postponed.empty()) wake();  // a host polling native_handle() comes back for the rest
     while (operation* op = m_deferred.head) {
         m_deferred.erase(*op);
         park(*op, m_fds[static_cast<std::size_t>(op->fd)]);  // stays armed, with the fd's waiters
@@ -161,6 +181,8 @@ void readiness_backend::finish(operation& op, std::int64_t result) noexcept {
 void readiness_backend::unlink(operation& op) noexcept {
     if (op.backend_tag == in_deferred)
         m_deferred.erase(op);
+    else if (op.backend_tag == in_postponed)
+        m_postponed.erase(op);
     else
         list_for(op).erase(op);
     op.backend_tag = 0;
@@ -194,13 +216,15 @@ void readiness_backend::close_fd(int fd) noexcept {
         st->writers.erase(*op);
         finish(*op, -ECANCELED);
     }
-    for (operation* op = m_deferred.head; op;) {
-        operation* next = op->next;
-        if (op->fd == fd) {
-            m_deferred.erase(*op);
-            finish(*op, -ECANCELED);
+    for (op_list* list : {&m_deferred, &m_postponed}) {
+        for (operation* op = list->head; op;) {
+            operation* next = op->next;
+            if (op->fd == fd) {
+                list->erase(*op);
+                finish(*op, -ECANCELED);
+            }
+            op = next;
         }
-        op = next;
     }
 }
 
@@ -237,6 +261,17 @@ void readiness_backend::retry(fd_state& st, op_list& list, std::uint32_t got, bo
             continue;
         }
         if (polls_only) {
+            op = next;
+            continue;
+        }
+        if (op->code == op_code::recv_pooled && batch_lent()) {
+            // A batch of buffers is on its way to tasks that have not run
+            // yet: the receive waits for the next poll, where it goes first.
+            // Readers behind it wait too.
+            list.erase(*op);
+            m_postponed.push_back(*op);
+            op->backend_tag = in_postponed;
+            polls_only = true;
             op = next;
             continue;
         }

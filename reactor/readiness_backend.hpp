@@ -62,9 +62,10 @@ protected:
     bool start_poll(operation& op, fd_state& st, std::uint32_t ready) noexcept;
     // The fd reported `got` (readable | writable): serves its waiters.
     void on_ready(fd_state& st, std::uint32_t got);
-    // Completes the persistent polls that were ready at submit.
+    // Completes the persistent polls that were ready at submit, and serves
+    // the pooled receives the last poll held back. Starts each poll.
     void complete_deferred() noexcept;
-    bool has_deferred() const noexcept { return !m_deferred.empty(); }
+    bool has_deferred() const noexcept { return !m_deferred.empty() || !m_postponed.empty(); }
     void finish(operation& op, std::int64_t result) noexcept;
 
     static std::uint32_t ready_now(int fd, std::uint32_t events) noexcept;
@@ -78,13 +79,21 @@ private:
     // The operation's syscall; a pooled receive lends a buffer only for data.
     std::int64_t transfer(operation& op) noexcept;
     std::int64_t receive_pooled(operation& op) noexcept;
+    bool batch_lent() const noexcept;
     void retry(fd_state& st, op_list& list, std::uint32_t got, bool polls_only);
     void unlink(operation& op) noexcept;
     op_list& list_for(operation& op) noexcept;
 
     // Persistent polls found ready at submit: completed by the next poll().
     op_list m_deferred;
+    // Pooled receives whose fd turned readable while m_read_buffer_batch
+    // buffers were on their way to tasks that had not run yet: served first
+    // by the next poll, so that a burst of readable connections (thousands,
+    // after a quiet spell) does not lend a buffer to each before any task
+    // has run to give one back.
+    op_list m_postponed;
     std::size_t m_read_buffer_size;
+    std::uint32_t m_read_buffer_batch;
     buffer_pool* m_pool = nullptr;  // made by the first pooled receive
 };
 

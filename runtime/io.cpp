@@ -131,6 +131,7 @@ spindle::result<borrowed_buffer> borrowed_read_wait::take() noexcept {
     if (n == 0) return borrowed_buffer{};
     const reactor::operation& op = io_access::op(operation());
     reactor::buffer_pool* pool = op.args.pooled.pool;
+    pool->delivered();
     return borrowed_buffer(reinterpret_cast<buffer_lender*>(pool), op.args.pooled.id, pool->address(op.args.pooled.id),
                            static_cast<std::uint32_t>(n));
 }

@@ -60,7 +60,7 @@ std::unique_ptr<reactor::backend> open_backend(const loop_options& options) {
     reactor::backend_options backend_options;
     backend_options.single_thread = options.single_thread;
     backend_options.read_buffer_size = options.read_buffer_size;
-    backend_options.read_buffer_ring = options.read_buffer_ring;
+    backend_options.read_buffer_batch = options.read_buffer_batch;
     auto backend =
         reactor::make_backend(static_cast<reactor::backend_kind>(options.backend), backend_options, fallback_reason, notes);
     if (!fallback_reason.empty()) {

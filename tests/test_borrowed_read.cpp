@@ -59,7 +59,7 @@ net::tcp_listener listen_loopback() {
 loop_options small_pool() {
     loop_options o;
     o.read_buffer_size = 4096;
-    o.read_buffer_ring = 16;
+    o.read_buffer_batch = 16;
     return o;
 }
 

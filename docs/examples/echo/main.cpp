@@ -60,6 +60,7 @@ task<void> echo(Stream& stream, std::stop_token stop) {
     }
 }
 
+static_assert(net::reads_borrowed<net::tcp_stream>);
 task<void> echo_tcp(net::tcp_stream stream, std::stop_token stop) { co_await echo(stream, stop); }
 
 }  // namespace

@@ -87,11 +87,15 @@ struct loop_options {
     /// buffers of this size, lent by the loop only once data has arrived;
     /// the loop maps them 16 at a time as they are needed and keeps them.
     std::size_t read_buffer_size = 16 * 1024;
-    /// io_uring: at most this many of them (a power of two, at most 32768)
-    /// are handed to the kernel, which picks one when data arrives. With all
-    /// of those lent, a borrowed read waits for readiness and then takes one
-    /// of the loop's other buffers: slower, never failing for want of one.
-    std::uint32_t read_buffer_ring = 1024;
+    /// One look at the OS lends at most this many of them; reads beyond wait
+    /// for the next, which serves them first. So a burst of readable
+    /// connections (thousands after a quiet spell) takes a batch of buffers,
+    /// not one each before any task could give one back. io_uring hands the
+    /// kernel a ring of this many (rounded down to a power of two, at most
+    /// 32768), from which it picks when data arrives; with all of them lent,
+    /// a borrowed read waits for readiness and then takes one of the loop's
+    /// other buffers: slower, never failing for want of one.
+    std::uint32_t read_buffer_batch = 256;
 };
 
 /// One task, as the dump of a loop's tasks shows it.

@@ -71,11 +71,12 @@ struct backend_options {
     bool single_thread = false;
     /// Pooled receives (op_code::recv_pooled): the size of each buffer lent.
     std::size_t read_buffer_size = 16 * 1024;
-    /// io_uring: at most this many buffers are handed to the kernel as its
-    /// ring of provided buffers (a power of two, at most 32768); once they are
-    /// all lent, a pooled receive waits for readiness and takes one of the
-    /// pool's other buffers.
-    std::uint32_t read_buffer_ring = 1024;
+    /// One poll() lends at most this many buffers to pooled receives; those
+    /// beyond wait for the next poll(), which serves them first. io_uring
+    /// hands the kernel a ring of provided buffers of this size (rounded down
+    /// to a power of two, at most 32768); once those are all lent, a pooled
+    /// receive waits for readiness and takes one of the pool's other buffers.
+    std::uint32_t read_buffer_batch = 256;
 };
 
 /// Creates a backend. Throws std::system_error when the kind cannot start here.

@@ -37,6 +37,15 @@ public:
     /// Buffers lent out now (taken, or handed over by the kernel).
     std::uint32_t lent() const noexcept { return m_lent; }
 
+    /// A completion carries a lent buffer to its task, which has not resumed
+    /// yet; delivered() when it has, or when the buffer comes back unseen
+    /// (release_handed_over). What is in transit is what a burst of readable
+    /// connections would pile up before any task could give one back: the
+    /// backends hold receives back while it reaches their batch.
+    void handed_over() noexcept { ++m_in_transit; }
+    void delivered() noexcept { --m_in_transit; }
+    std::uint32_t in_transit() const noexcept { return m_in_transit; }
+
     /// Lends a free buffer, mapping a new chunk when none is left. False when
     /// no memory can be had.
     bool take(std::uint32_t& id) noexcept;
@@ -59,6 +68,7 @@ protected:
     std::vector<std::byte*> m_chunks;
     std::vector<std::uint32_t> m_free;  // reserved for every buffer: pushing never allocates
     std::uint32_t m_lent = 0;
+    std::uint32_t m_in_transit = 0;
     bool m_retired = false;
 };
 
