@@ -490,6 +490,26 @@ TEST_CASE("spindle-resp answers a protocol error with -ERR and closes") {
     CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
 
+TEST_CASE("spindle-resp takes a value larger than its read buffers, sent in pieces, and gives it back whole") {
+    // 100,000 bytes span several of the loop's 16 KiB read buffers, and the
+    // pieces below split the command's header and its value across reads.
+    process server({program("SPINDLE_RESP"), "--port", "0"});
+    std::uint16_t port = server.wait_listening();
+    std::string value(100'000, 'v');
+    for (std::size_t i = 0; i < value.size(); i += 997) value[i] = static_cast<char>('a' + i % 26);
+    const std::string set = "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+    client c(port);
+    for (std::size_t at = 0; at < set.size(); at += 7'001) {
+        c.send(std::string_view(set).substr(at, 7'001));
+        std::this_thread::sleep_for(1ms);
+    }
+    CHECK(c.read_exact(5) == "+OK\r\n");
+    c.send("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n*1\r\n$4\r\nQUIT\r\n");
+    const std::string all = c.read_to_end();
+    CHECK(all == "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n+OK\r\n");
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
 namespace {
 
 std::uint64_t big_endian(const unsigned char* p, int bytes) {

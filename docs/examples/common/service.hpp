@@ -5,6 +5,7 @@
 #include <spindle/net.hpp>
 #include <spindle/spindle.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <pthread.h>
@@ -81,7 +82,10 @@ struct batch_outcome {
 /// everything buffered, one write of its reply, then the consumed bytes are
 /// dropped. The read buffer (16 KiB, grown only for a request larger than
 /// that) lives as long as the connection, so a request in steady state
-/// allocates nothing. With `linger`, a close asked for by `handle` half-closes
+/// allocates nothing. On a stream that lends its reads' buffers (a socket),
+/// requests are parsed where they arrived and a connection holds a buffer of
+/// its own only once a request has come split across reads: one waiting for
+/// its next request holds none. With `linger`, a close asked for by `handle` half-closes
 /// and drains what the peer still sends (briefly) so the reply is not lost to
 /// a reset.
 template <net::byte_stream Stream, class Handle>
@@ -175,32 +179,83 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
 template <net::byte_stream Stream, class Handle>
 task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bool linger) {
     constexpr std::size_t initial_size = 16 * 1024;
-    std::unique_ptr<char[]> in(new char[initial_size]);
-    std::size_t capacity = initial_size;
-    std::size_t used = 0;
-    for (;;) {
-        if (used == capacity) {
-            // A request larger than the buffer: its parser bounds it.
-            std::unique_ptr<char[]> bigger(new char[capacity * 2]);
-            std::memcpy(bigger.get(), in.get(), used);
-            in = std::move(bigger);
-            capacity *= 2;
+    if constexpr (net::reads_borrowed<Stream>) {
+        // What a batch left unconsumed (a request split across reads) is
+        // kept here, allocated the first time it is needed; otherwise each
+        // batch is parsed in the buffer the read borrowed.
+        std::unique_ptr<char[]> kept;
+        std::size_t capacity = 0;
+        std::size_t used = 0;
+        for (;;) {
+            result<borrowed_buffer> got = co_await stream.read_borrowed(stop);
+            if (!got || got->empty()) co_return;  // closed, reset, or the server is stopping
+            std::string_view input(reinterpret_cast<const char*>(got->data()), got->size());
+            if (used > 0) {
+                if (used + input.size() > capacity) {
+                    // A request larger than the buffer: its parser bounds it.
+                    const std::size_t bigger_capacity = std::max(capacity * 2, used + input.size());
+                    std::unique_ptr<char[]> bigger(new char[bigger_capacity]);
+                    std::memcpy(bigger.get(), kept.get(), used);
+                    kept = std::move(bigger);
+                    capacity = bigger_capacity;
+                }
+                std::memcpy(kept.get() + used, input.data(), input.size());
+                used += input.size();
+                input = std::string_view(kept.get(), used);
+                got->reset();
+            }
+            const batch_outcome batch = handle(input);
+            if (!batch.reply.empty()) {
+                if (result<void> w = co_await net::write_all(stream, batch.reply, stop); !w) co_return;
+            }
+            if (batch.close) {
+                got->reset();
+                if (linger) {
+                    std::unique_ptr<std::byte[]> scratch(new std::byte[initial_size]);
+                    co_await close_gracefully(stream, std::span(scratch.get(), initial_size), stop);
+                }
+                co_return;
+            }
+            const std::size_t left = input.size() - batch.consumed;
+            if (left > 0 && used == 0) {
+                if (capacity < left) {
+                    capacity = std::max(initial_size, left);
+                    kept.reset(new char[capacity]);
+                }
+                std::memcpy(kept.get(), input.data() + batch.consumed, left);
+            } else if (left > 0 && batch.consumed > 0) {
+                std::memmove(kept.get(), kept.get() + batch.consumed, left);
+            }
+            used = left;
         }
-        result<std::size_t> n =
-            co_await stream.read_some(std::as_writable_bytes(std::span(in.get() + used, capacity - used)), stop);
-        if (!n || *n == 0) co_return;  // closed, reset, or the server is stopping
-        used += *n;
+    } else {
+        std::unique_ptr<char[]> in(new char[initial_size]);
+        std::size_t capacity = initial_size;
+        std::size_t used = 0;
+        for (;;) {
+            if (used == capacity) {
+                // A request larger than the buffer: its parser bounds it.
+                std::unique_ptr<char[]> bigger(new char[capacity * 2]);
+                std::memcpy(bigger.get(), in.get(), used);
+                in = std::move(bigger);
+                capacity *= 2;
+            }
+            result<std::size_t> n =
+                co_await stream.read_some(std::as_writable_bytes(std::span(in.get() + used, capacity - used)), stop);
+            if (!n || *n == 0) co_return;  // closed, reset, or the server is stopping
+            used += *n;
 
-        const batch_outcome batch = handle(std::string_view(in.get(), used));
-        if (!batch.reply.empty()) {
-            if (result<void> w = co_await net::write_all(stream, batch.reply, stop); !w) co_return;
+            const batch_outcome batch = handle(std::string_view(in.get(), used));
+            if (!batch.reply.empty()) {
+                if (result<void> w = co_await net::write_all(stream, batch.reply, stop); !w) co_return;
+            }
+            if (batch.close) {
+                if (linger) co_await close_gracefully(stream, std::as_writable_bytes(std::span(in.get(), capacity)), stop);
+                co_return;
+            }
+            used -= batch.consumed;
+            if (used > 0 && batch.consumed > 0) std::memmove(in.get(), in.get() + batch.consumed, used);
         }
-        if (batch.close) {
-            if (linger) co_await close_gracefully(stream, std::as_writable_bytes(std::span(in.get(), capacity)), stop);
-            co_return;
-        }
-        used -= batch.consumed;
-        if (used > 0 && batch.consumed > 0) std::memmove(in.get(), in.get() + batch.consumed, used);
     }
 }
 

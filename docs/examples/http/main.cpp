@@ -6,9 +6,10 @@
 // --tls-key (ALPN http/1.1).
 //
 // Per batch of pipelined requests it does one read, answers every complete
-// request into one output buffer, and writes that buffer once. Both buffers
-// live as long as the connection, so a request in steady state allocates
-// nothing.
+// request into one output buffer, and writes that buffer once. Requests are
+// parsed in the buffer the read borrowed from the loop; the output buffer
+// lives as long as the connection, so a request in steady state allocates
+// nothing, and a connection waiting for its next request holds no read buffer.
 
 #include "http_protocol.hpp"
 #include "metrics_endpoint.hpp"
@@ -24,7 +25,9 @@ namespace {
 template <net::byte_stream Stream>
 task<void> serve_connection(Stream& stream, std::stop_token stop) {
     // One buffer of responses per connection: its capacity survives clear().
-    http::output_buffer out(4096);
+    // Grown by the first responses rather than reserved, so a connection
+    // that waits for its first request holds none of it.
+    http::output_buffer out;
     const http::dynamic_route metrics = metrics_route();
     const http::route_table routes{true, std::span(&metrics, 1)};
     co_await serve_batches(
