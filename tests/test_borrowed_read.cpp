@@ -217,39 +217,35 @@ TEST_CASE("borrowed read: a cancelled read takes nothing, and the next read gets
     CHECK(got.after == "still here");
 }
 
-TEST_CASE("borrowed read: closing the stream under a waiting read completes it with operation_canceled", "[borrowed]") {
+// The error a borrowed read waiting on the server side ends with when
+// `interrupt` does something to the pair 5 ms into its wait.
+std::error_code waiting_read_error(void (*interrupt)(tcp_pair&)) {
     loop l;
     auto listener = listen_loopback();
     std::error_code error;
-    run_with_watchdog(l, [](net::tcp_listener& listener, std::error_code& error) -> task<void> {
+    run_with_watchdog(l, [](net::tcp_listener& listener, void (*interrupt)(tcp_pair&), std::error_code& error) -> task<void> {
         tcp_pair p = co_await connect_pair(listener);
         auto reader = loop::current().spawn([](net::tcp_stream& s, std::error_code& error) -> task<void> {
             result<borrowed_buffer> b = co_await s.read_borrowed();
             error = b.error();
         }(p.server, error));
         co_await spindle::sleep_for(5ms);
-        p.server.close();
+        interrupt(p);
         co_await reader;
-    }(listener, error));
-    CHECK(error == std::errc::operation_canceled);
+    }(listener, interrupt, error));
+    return error;
+}
+
+TEST_CASE("borrowed read: closing the stream under a waiting read completes it with operation_canceled", "[borrowed]") {
+    CHECK(waiting_read_error([](tcp_pair& p) { p.server.close(); }) == std::errc::operation_canceled);
 }
 
 TEST_CASE("borrowed read: a reset peer is connection_reset", "[borrowed]") {
-    loop l;
-    auto listener = listen_loopback();
-    std::error_code error;
-    run_with_watchdog(l, [](net::tcp_listener& listener, std::error_code& error) -> task<void> {
-        tcp_pair p = co_await connect_pair(listener);
-        auto reader = loop::current().spawn([](net::tcp_stream& s, std::error_code& error) -> task<void> {
-            result<borrowed_buffer> b = co_await s.read_borrowed();
-            error = b.error();
-        }(p.server, error));
-        co_await spindle::sleep_for(5ms);
+    const std::error_code error = waiting_read_error([](tcp_pair& p) {
         ::linger lg{1, 0};  // close() sends a reset instead of a FIN
         REQUIRE(::setsockopt(p.client.native_handle(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
         p.client.close();
-        co_await reader;
-    }(listener, error));
+    });
     CHECK(error == std::errc::connection_reset);
 }
 
