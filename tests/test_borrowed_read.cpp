@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -295,4 +296,13 @@ TEST_CASE("borrowed read: a loop destroyed with reads waiting frees everything",
         l.run_once(1ms);
     }
     SUCCEED("the loop went with its parked readers; the sanitizers check that nothing leaked");
+}
+
+TEST_CASE("borrowed read: a loop refuses a read buffer size of 0 or over 1 GiB", "[borrowed]") {
+    loop_options none;
+    none.read_buffer_size = 0;
+    CHECK_THROWS_AS(loop(none), std::invalid_argument);
+    loop_options huge;
+    huge.read_buffer_size = (std::size_t{1} << 30) + 1;
+    CHECK_THROWS_AS(loop(huge), std::invalid_argument);
 }
