@@ -71,7 +71,7 @@ bool epoll_backend::submit(operation& op) {
         const bool fresh = ensure_registered(op.fd, st);
         return start_poll(op, st, fresh ? 0 : ready_now(op.fd, op.events));
     }
-    if (attempt(op, st)) return true;
+    if (!drained_for(op, st) && attempt(op, st)) return true;
     ensure_registered(op.fd, st);
     park(op, st);
     return false;
@@ -123,6 +123,7 @@ int epoll_backend::poll(std::chrono::nanoseconds timeout) {
         const std::uint32_t e = events[i].events;
         std::uint32_t got = 0;
         if (e & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) got |= readable;
+        if (e & (EPOLLRDHUP | EPOLLERR | EPOLLHUP)) st->read_closed = true;
         if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) got |= writable;
         on_ready(*st, got);
     }

@@ -93,6 +93,21 @@ std::int64_t readiness_backend::transfer(operation& op) noexcept {
     return op.code == op_code::recv_pooled ? receive_pooled(op) : perform(op);
 }
 
+void readiness_backend::note_received(const operation& op, fd_state& st, std::int64_t r) const noexcept {
+    // Only a receive that got some bytes but fewer than it had room for: end
+    // of stream and errors stay sticky and must be found by the next receive
+    // too, and a peek leaves the bytes where they were.
+    if (!op.stream || r <= 0 || (op.flags & MSG_PEEK) || st.read_closed) return;
+    std::size_t room;
+    if (op.code == op_code::recv_pooled)
+        room = m_pool->buffer_size();
+    else if (op.code == op_code::recv || op.code == op_code::read)
+        room = op.args.buf.size;
+    else
+        return;
+    if (static_cast<std::size_t>(r) < room) st.drained = true;
+}
+
 readiness_backend::fd_state& readiness_backend::state_of(int fd) {
     auto index = static_cast<std::size_t>(fd);
     if (index >= m_fds.size()) m_fds.resize(std::max(index + 1, m_fds.size() * 2));
@@ -119,6 +134,7 @@ bool readiness_backend::attempt(operation& op, fd_state& st) noexcept {
     } else {
         r = with_reported_error(st.error, transfer(op));
         if (r == -EAGAIN || r == -EWOULDBLOCK) return false;
+        note_received(op, st, r);
     }
     return complete_now(op, r);
 }
@@ -157,6 +173,7 @@ void readiness_backend::complete_deferred() noexcept {
         if (r == -EAGAIN || r == -EWOULDBLOCK) {
             park(*op, st);
         } else {
+            note_received(*op, st, r);
             finish(*op, r);
         }
         op = next;
@@ -208,6 +225,8 @@ void readiness_backend::close_fd(int fd) noexcept {
     st->watched = 0;
     st->got = 0;
     st->error = 0;
+    st->drained = false;
+    st->read_closed = false;
     while (operation* op = st->readers.head) {
         st->readers.erase(*op);
         finish(*op, -ECANCELED);
@@ -230,8 +249,10 @@ void readiness_backend::close_fd(int fd) noexcept {
 
 void readiness_backend::on_ready(fd_state& st, std::uint32_t got) {
     // Readiness waits for both directions are kept with the readers.
-    if (got & readable)
+    if (got & readable) {
+        st.drained = false;  // a new edge: data (or an end, an error) arrived since
         retry(st, st.readers, got, false);
+    }
     else if (got & writable)
         retry(st, st.readers, got, true);
     if (got & writable) retry(st, st.writers, got, false);
@@ -283,6 +304,7 @@ void readiness_backend::retry(fd_state& st, op_list& list, std::uint32_t got, bo
             op = next;
             continue;
         }
+        note_received(*op, st, r);
         list.erase(*op);
         finish(*op, r);
         op = next;

@@ -46,6 +46,15 @@ protected:
         std::uint8_t watched = 0;  // readable | writable: watched by the kernel (or queued to be) in this generation
         std::uint8_t got = 0;      // readiness collected by the poll() in progress, where it comes in several events
         int error = 0;             // a socket error an event reported, not yet returned
+        // A stream receive came back short since the last readable edge: the
+        // socket is empty, and the next receive waits for an edge instead of
+        // trying first (its recv would only say EAGAIN). Safe with edge
+        // triggering: data that arrives after that receive raises a new edge.
+        bool drained = false;
+        // The peer's end (or an error) was reported: it stays to be read
+        // after the data before it, and raises no second edge, so a short
+        // receive no longer means an empty socket.
+        bool read_closed = false;
     };
 
     fd_state& state_of(int fd);
@@ -56,6 +65,9 @@ protected:
     // Tries the operation's syscall (or starts its connect). True: it completed
     // and op.result is set; false: it must wait for readiness.
     bool attempt(operation& op, fd_state& st) noexcept;
+    // A stream receive on a socket a short receive emptied: no use trying it
+    // before the next readable edge.
+    static bool drained_for(const operation& op, const fd_state& st) noexcept { return st.drained && op.stream; }
     // The operation waits in its fd's list for its direction.
     void park(operation& op, fd_state& st) noexcept;
     // Parks a readiness wait that found `ready` at submit; returns submit()'s value.
@@ -78,6 +90,8 @@ protected:
 private:
     // The operation's syscall; a pooled receive lends a buffer only for data.
     std::int64_t transfer(operation& op) noexcept;
+    // Notes a stream receive that emptied its socket (fd_state::drained).
+    void note_received(const operation& op, fd_state& st, std::int64_t r) const noexcept;
     std::int64_t receive_pooled(operation& op) noexcept;
     bool batch_lent() const noexcept;
     void retry(fd_state& st, op_list& list, std::uint32_t got, bool polls_only);

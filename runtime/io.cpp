@@ -80,6 +80,7 @@ io_op::io_op(const io_request& request, complete_fn done) noexcept : m_done(done
     op->fd = request.fd;
     op->code = static_cast<reactor::op_code>(request.code);
     op->persistent = request.persistent;
+    op->stream = request.stream;
     op->events = request.events;  // spindle::readiness and reactor::poll_events agree (io.cpp checks)
     op->flags = request.flags;
     static_assert(sizeof(op->args) == sizeof(request.args));

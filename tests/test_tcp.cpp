@@ -367,6 +367,75 @@ task<void> client_half_close_main(net::tcp_listener& l, half_close_state& s) {
     s.client_got = *got;
 }
 
+// --- reads after a read that emptied the socket ------------------------------------
+
+// A receive shorter than its buffer has emptied the socket, so epoll waits for
+// the next edge before the next receive instead of trying it first. Whatever
+// arrives afterwards must still be read: data while no read waits, data and
+// the peer's end in one event, the end alone.
+struct drained_state {
+    std::vector<std::string> got;
+};
+
+/// One read of up to 4 KiB (or a borrowed one): its text, "<end>" at end of
+/// stream, or "<error>".
+task<std::string> read_once(net::tcp_stream& s, bool borrowed) {
+    if (borrowed) {
+        result<spindle::borrowed_buffer> b = co_await s.read_borrowed();
+        if (!b) co_return "<error>";
+        co_return b->bytes().empty() ? std::string("<end>") : text_of(b->bytes());
+    }
+    std::array<std::byte, 4096> buf{};
+    result<std::size_t> n = co_await s.read_some(buf);
+    if (!n) co_return "<error>";
+    co_return *n == 0 ? std::string("<end>") : text_of(std::span(buf).first(*n));
+}
+
+task<void> write_text(net::tcp_stream& s, std::string_view text) {
+    result<void> w = co_await s.write_all(bytes_of(text));
+    REQUIRE(w.has_value());
+}
+
+task<void> drained_main(net::tcp_listener& l, bool borrowed, drained_state& s) {
+    loop& lp = loop::current();
+    {
+        tcp_pair p = co_await connect_pair(l);
+        co_await write_text(p.client, "one");
+        s.got.push_back(co_await read_once(p.server, borrowed));  // short: emptied
+        co_await write_text(p.client, "two");                     // there before the next read
+        s.got.push_back(co_await read_once(p.server, borrowed));
+        // A read that waits (the descriptor is watched from now on), then data
+        // that comes while no read waits: its edge is taken by a poll with
+        // nobody to give it to.
+        auto waiting = lp.spawn(read_once(p.server, borrowed));
+        (void)co_await spindle::sleep_for(5ms);
+        co_await write_text(p.client, "three");
+        s.got.push_back(co_await waiting);
+        co_await write_text(p.client, "four");
+        (void)co_await spindle::sleep_for(5ms);
+        s.got.push_back(co_await read_once(p.server, borrowed));
+        // Data and the end in one event, under a waiting read: the end stays
+        // to be read and raises no second edge.
+        waiting = lp.spawn(read_once(p.server, borrowed));
+        (void)co_await spindle::sleep_for(5ms);
+        co_await write_text(p.client, "five");
+        REQUIRE(p.client.shutdown_write().has_value());
+        s.got.push_back(co_await waiting);
+        s.got.push_back(co_await read_once(p.server, borrowed));
+        s.got.push_back(co_await read_once(p.server, borrowed));  // and stays
+    }
+    {
+        // The end alone, after a read that emptied the socket.
+        tcp_pair p = co_await connect_pair(l);
+        co_await write_text(p.client, "six");
+        s.got.push_back(co_await read_once(p.server, borrowed));
+        auto waiting = lp.spawn(read_once(p.server, borrowed));
+        (void)co_await spindle::sleep_for(5ms);
+        p.client.close();
+        s.got.push_back(co_await waiting);
+    }
+}
+
 task<void> server_half_close_main(net::tcp_listener& l, half_close_state& s) {
     tcp_pair p = co_await connect_pair(l);
     result<void> w = co_await p.server.write_all(bytes_of("hello"));
@@ -863,6 +932,18 @@ TEST_CASE("tcp: half-close by the server: the client reads end of stream and sti
     run_with_watchdog(l, server_half_close_main(listener, s));
     CHECK(s.client_got == "hello");
     CHECK(s.server_got == "bye");
+}
+
+TEST_CASE("tcp: after a read that emptied the socket, data and the end that come later are still read", "[tcp][drained]") {
+    for (bool borrowed : {false, true}) {
+        CAPTURE(borrowed);
+        drained_state s;
+        loop l;
+        net::tcp_listener listener = listen_loopback();
+        run_with_watchdog(l, drained_main(listener, borrowed, s));
+        const std::vector<std::string> expected{"one", "two", "three", "four", "five", "<end>", "<end>", "six", "<end>"};
+        CHECK(s.got == expected);
+    }
 }
 
 TEST_CASE("tcp: closing a stream from another task completes its pending read with operation_canceled", "[tcp][cancel]") {

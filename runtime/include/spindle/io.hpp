@@ -111,6 +111,13 @@ inline io_request message_request(int fd, io_code code, ::msghdr* msg, int flags
     return r;
 }
 
+/// `r` as a receive on a byte-stream socket (reactor::operation::stream):
+/// for the stream types of spindle::net, which know what their socket is.
+inline io_request on_stream(io_request r) noexcept {
+    r.stream = true;
+    return r;
+}
+
 inline io_request poll_request(int fd, std::uint32_t events, bool persistent = false) noexcept {
     io_request r;
     r.fd = fd;

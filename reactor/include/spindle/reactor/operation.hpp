@@ -48,6 +48,10 @@ struct operation {
     /// A persistent poll stays armed after it completes and completes again on
     /// the next readiness; a one-shot one completes once.
     bool persistent = false;
+    /// A receive on a byte stream (TCP, Unix stream): one that returns less
+    /// than it asked for has emptied the socket, so an edge-triggered backend
+    /// may wait for the next edge instead of trying the next receive first.
+    bool stream = false;
     std::uint32_t events = 0;  ///< op_code::poll: readable | writable
     int flags = 0;             ///< recv/send/recvmsg/sendmsg flags
 

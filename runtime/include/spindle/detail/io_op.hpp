@@ -31,6 +31,8 @@ struct io_request {
     io_code code = io_code::read;
     /// A persistent poll completes again on every readiness until withdrawn.
     bool persistent = false;
+    /// A receive on a byte-stream socket (see reactor::operation::stream).
+    bool stream = false;
     std::uint32_t events = 0;
     int flags = 0;
     union {
