@@ -281,6 +281,7 @@ void loop_core::task_finished(task_header& t) noexcept {
             on_stall_flag(&t, m_resumes_until_check.load(), true);
         m_running = nullptr;
     }
+    waiter* joiner = std::exchange(t.m_joiner, nullptr);  // before finish, which may store an error in its place
     t.m_ops->finish(t);  // takes the result and destroys the frame
     t.all_hook().unlink();
     --m_task_count;
@@ -290,7 +291,7 @@ void loop_core::task_finished(task_header& t) noexcept {
     if (m_options.task_run_histogram) [[unlikely]]
         m_run_times.erase(&t);
     if (t.m_status == task_status::failed && t.m_refs == 1) log_unobserved_failure(t);
-    if (waiter* joiner = std::exchange(t.m_joiner, nullptr)) joiner->complete();
+    if (joiner) joiner->complete();
     release_task(t);
 }
 
@@ -301,6 +302,7 @@ void loop_core::abort_task(task_header& t) {
         if (r == &t) throw std::logic_error("spindle: a task cannot abort itself");
     t.ready_hook().unlink();
     t.all_hook().unlink();
+    waiter* joiner = std::exchange(t.m_joiner, nullptr);
     t.m_status = task_status::aborted;
     --m_task_count;
     ++m_counters.tasks_finished;
@@ -309,7 +311,7 @@ void loop_core::abort_task(task_header& t) {
     // Keep the header alive while the frame's destructors run.
     ++t.m_refs;
     destroy_frame(t);
-    if (waiter* joiner = std::exchange(t.m_joiner, nullptr)) joiner->complete();
+    if (joiner) joiner->complete();
     release_task(t);  // the loop's reference
     release_task(t);  // the one taken above
 }

@@ -35,8 +35,7 @@ void finish_spawned(task_header& header) noexcept {
     auto frame = std::coroutine_handle<task_promise<T>>::from_address(header.m_frame.address());
     auto& promise = frame.promise();
     if (promise.m_error) {
-        header.m_error = promise.m_error;
-        header.m_status = task_status::failed;
+        header.fail(promise.m_error);
     } else {
         try {
             if constexpr (std::is_reference_v<T>) {
@@ -46,8 +45,7 @@ void finish_spawned(task_header& header) noexcept {
             }
             header.m_status = task_status::succeeded;
         } catch (...) {
-            header.m_error = std::current_exception();
-            header.m_status = task_status::failed;
+            header.fail(std::current_exception());
         }
     }
     header.m_frame = {};
@@ -77,7 +75,7 @@ public:
         return m_target->m_status != task_status::running;
     }
     void on_park() {
-        if (m_target->m_joiner) throw std::logic_error("spindle: a task can be joined by one awaiter only");
+        if (m_target->joiner()) throw std::logic_error("spindle: a task can be joined by one awaiter only");
         m_target->m_joiner = this;
         // While parked, the handle may be dropped by another task: hold the
         // header so the result is still there when this task resumes.
@@ -85,7 +83,7 @@ public:
         m_holds_ref = true;
     }
     void on_abandon() noexcept {
-        if (m_target->m_joiner == this) m_target->m_joiner = nullptr;
+        if (m_target->joiner() == this) m_target->m_joiner = nullptr;
     }
     void describe(std::string& out) const {
         out += "join of task ";

@@ -233,8 +233,8 @@ join_handle<T> loop::spawn(task<T> t, std::string name) {
     header->m_ops = &detail::spawned_ops<T>;
     header->m_refs = 2;  // the loop, while it runs, and the join handle
     auto frame = t.release();
-    frame.promise().m_root = header;
-    header->m_frame_size = frame.promise().m_frame_size;
+    header->m_frame_size = frame.promise().frame_size();
+    frame.promise().set_root(header);
     detail::register_task(*m_core, *header, frame);
     return join_handle<T>(header);
 }

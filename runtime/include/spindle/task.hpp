@@ -26,22 +26,35 @@ namespace detail {
 constinit inline thread_local std::uint32_t t_frame_size = 0;
 
 struct promise_base {
-    /// Who awaits this task; empty for a spawned task's outermost frame.
-    std::coroutine_handle<> m_continuation;
-    /// Set on a spawned task's outermost frame only.
-    task_header* m_root = nullptr;
+    /// One word for what a frame needs at its end, tagged in its low bits
+    /// (frames and headers are 8-aligned): until the task starts, its frame's
+    /// size (for spawn to give the dump); then either who awaits it or, on a
+    /// spawned task's outermost frame, its header. A frame is one or the
+    /// other, never both, and every frame carries this word while it lives.
+    std::uintptr_t m_link = (std::uintptr_t{t_frame_size} << 2) | size_tag;
     std::exception_ptr m_error;
-    std::uint32_t m_frame_size = t_frame_size;
+
+    static constexpr std::uintptr_t awaiter_tag = 0, root_tag = 1, size_tag = 2, tag_mask = 3;
+
+    void set_continuation(std::coroutine_handle<> awaiting) noexcept {
+        m_link = reinterpret_cast<std::uintptr_t>(awaiting.address()) | awaiter_tag;
+    }
+    void set_root(task_header* root) noexcept { m_link = reinterpret_cast<std::uintptr_t>(root) | root_tag; }
+    /// The frame's size, before the task started (0 after).
+    std::uint32_t frame_size() const noexcept {
+        return (m_link & tag_mask) == size_tag ? static_cast<std::uint32_t>(m_link >> 2) : 0;
+    }
 
     struct final_awaiter {
         bool await_ready() const noexcept { return false; }
         template <class P>
         std::coroutine_handle<> await_suspend(std::coroutine_handle<P> self) noexcept {
-            promise_base& p = self.promise();
-            if (p.m_continuation) return p.m_continuation;
+            const std::uintptr_t link = self.promise().m_link;
+            if ((link & tag_mask) == awaiter_tag && link != 0)
+                return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(link));
             // A spawned task ended: the loop takes the result and may destroy this
-            // frame, so nothing here may touch `p` afterwards.
-            if (p.m_root) task_finished(*p.m_root);
+            // frame, so nothing here may touch the promise afterwards.
+            if ((link & tag_mask) == root_tag) task_finished(*reinterpret_cast<task_header*>(link & ~tag_mask));
             return std::noop_coroutine();
         }
         void await_resume() const noexcept {}
@@ -130,7 +143,7 @@ public:
         handle_type m_handle;
         bool await_ready() const noexcept { return !m_handle || m_handle.done(); }
         std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-            m_handle.promise().m_continuation = awaiting;
+            m_handle.promise().set_continuation(awaiting);
             return m_handle;  // symmetric transfer: start the task in constant stack
         }
         decltype(auto) await_resume() {

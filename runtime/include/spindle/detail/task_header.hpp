@@ -91,9 +91,14 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     /// The task's outermost frame while it runs; empty once it finished.
     std::coroutine_handle<> m_frame;
     loop_core* m_loop = nullptr;
-    /// The wait of a task parked in co_await on this task's join handle.
-    waiter* m_joiner = nullptr;
-    std::exception_ptr m_error;
+    union {
+        /// While the task runs: the wait of a task parked in co_await on its
+        /// join handle (see joiner()).
+        waiter* m_joiner;
+        /// Once it failed: what it threw. A failed task has no joiner left,
+        /// so the two share their word.
+        std::exception_ptr m_error;
+    };
     task_name m_name;
     std::uint64_t m_id = 0;
     /// One for the loop while the task runs, one for a live join handle, one
@@ -119,6 +124,21 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     const wait_info* m_wait_info = nullptr;
     void* m_wait = nullptr;
     std::int64_t m_parked_at = 0;
+
+    task_header() noexcept : m_joiner(nullptr) {}
+    task_header(const task_header&) = delete;
+    task_header& operator=(const task_header&) = delete;
+    ~task_header() {
+        if (m_status == task_status::failed) m_error.~exception_ptr();
+    }
+
+    /// The task parked on this one's join handle; null once it finished.
+    waiter* joiner() const noexcept { return m_status == task_status::running ? m_joiner : nullptr; }
+    /// Ends the task as failed with `error`: its joiner must be taken first.
+    void fail(std::exception_ptr error) noexcept {
+        ::new (&m_error) std::exception_ptr(std::move(error));
+        m_status = task_status::failed;
+    }
 
     /// A wait that parks now must be cancelled at once.
     bool cancel_pending() const noexcept {
