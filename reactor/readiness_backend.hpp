@@ -47,13 +47,14 @@ protected:
         std::uint8_t got = 0;      // readiness collected by the poll() in progress, where it comes in several events
         int error = 0;             // a socket error an event reported, not yet returned
         // A stream receive came back short since the last readable edge: the
-        // socket is empty, and the next receive waits for an edge instead of
-        // trying first (its recv would only say EAGAIN). Safe with edge
-        // triggering: data that arrives after that receive raises a new edge.
+        // socket is empty, and on epoll the next receive waits for an edge
+        // instead of trying first (its recv would only say EAGAIN). Safe with
+        // edge triggering: data that arrives after that receive raises a new
+        // edge. kqueue keeps the mark but tries every receive.
         bool drained = false;
-        // The peer's end (or an error) was reported: it stays to be read
-        // after the data before it, and raises no second edge, so a short
-        // receive no longer means an empty socket.
+        // The peer's end (or an error) was reported (set by epoll): it stays
+        // to be read after the data before it, and raises no second edge, so
+        // a short receive no longer means an empty socket.
         bool read_closed = false;
     };
 
