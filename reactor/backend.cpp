@@ -21,6 +21,12 @@
 
 namespace spindle::reactor {
 
+read_buffer_counts backend::read_buffers() const noexcept {
+    const buffer_pool* pool = m_published_pool.load(std::memory_order_acquire);
+    if (!pool) return {};
+    return {pool->mapped(), pool->lent()};
+}
+
 void release_handed_over(const operation& op) noexcept {
     if (op.result < 0) return;
     if (op.code == op_code::recv_pooled) {

@@ -25,6 +25,7 @@ bool buffer_pool::add_chunk(std::uint32_t& first) noexcept {
         return false;
     }
     first = capacity() - chunk_buffers;
+    m_mapped.store(capacity(), std::memory_order_relaxed);
     return true;
 }
 
@@ -38,14 +39,14 @@ bool buffer_pool::take(std::uint32_t& id) noexcept {
     }
     id = m_free.back();
     m_free.pop_back();
-    ++m_lent;
+    add_lent(1);
     return true;
 }
 
 void buffer_pool::give_back(std::uint32_t id) noexcept {
-    --m_lent;
+    add_lent(static_cast<std::uint32_t>(-1));
     if (m_retired) {
-        if (m_lent == 0) delete this;
+        if (lent() == 0) delete this;
         return;
     }
     on_free(id);
@@ -53,7 +54,7 @@ void buffer_pool::give_back(std::uint32_t id) noexcept {
 
 void buffer_pool::retire() noexcept {
     m_retired = true;
-    if (m_lent == 0) delete this;
+    if (lent() == 0) delete this;
 }
 
 }  // namespace spindle::reactor

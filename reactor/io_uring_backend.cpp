@@ -97,7 +97,7 @@ public:
         return true;
     }
     // A completion handed the kernel's pick over to its operation.
-    void lent_by_kernel() noexcept { ++m_lent; }
+    void lent_by_kernel() noexcept { add_lent(1); }
     // The kernel's pick for a completion that hands it to nobody: straight back.
     void recycle(std::uint32_t id) noexcept { on_free(id); }
 
@@ -559,6 +559,7 @@ bool io_uring_backend::submit(operation& op) {
         auto* pool = new ring_pool(m_read_buffer_size);
         pool->attach(m_ring, m_read_buffer_batch);
         m_pool = pool;
+        publish(*pool);
     }
     const std::uint32_t index = allocate_slot(op);
     op.backend_slot = index;
@@ -804,6 +805,7 @@ void io_uring_backend::note(const ::io_uring_cqe& cqe) noexcept {
 void io_uring_backend::dispatch() {
     // By index: a completion handler may (against the contract, but safely)
     // call forget(), which appends what it reaps while waiting.
+    m_dry_receives = m_ring_growths = 0;
     for (std::size_t i = 0; i < m_collected.size(); ++i) {
         const completion c = m_collected[i];
         const auto index = static_cast<std::uint32_t>(c.user_data);
@@ -890,10 +892,17 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
     if (retry && cancelled) return finish(index, -ECANCELED);
     if (res == -ENOBUFS || res == -EAGAIN) {
         // ENOBUFS: the ring ran dry; another chunk for it while it has room.
+        // One chunk serves this many receives of the same dispatch (a burst
+        // of readable connections finds it dry all at once), not one each.
         // Beyond that, and on an EAGAIN (as for any operation the kernel
         // cannot wait on, finish_request), wait for readiness and take one of
         // the pool's other buffers.
-        if (res == -EAGAIN || !m_pool->grow_ring()) s.pooled_plain = s.awaiting_readiness = true;
+        bool plain = res == -EAGAIN;
+        if (!plain && ++m_dry_receives > m_ring_growths * buffer_pool::chunk_buffers) {
+            plain = !m_pool->grow_ring();
+            if (!plain) ++m_ring_growths;
+        }
+        if (plain) s.pooled_plain = s.awaiting_readiness = true;
         if (!queue_request(index)) finish(index, -EIO);
         return;
     }

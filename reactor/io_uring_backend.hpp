@@ -143,6 +143,10 @@ private:
     // take a buffer each at once.
     std::vector<completion> m_postponed;
     std::uint32_t m_plain_in_kernel = 0;  // buffers taken for plain pooled receives the kernel holds
+    // This dispatch's receives that found the ring dry, and the chunks the
+    // ring grew by for them (one per chunk_buffers such receives).
+    std::uint32_t m_dry_receives = 0;
+    std::uint32_t m_ring_growths = 0;
     int m_completed = 0;
 };
 

@@ -71,6 +71,7 @@ std::int64_t readiness_backend::receive_pooled(operation& op) noexcept {
     if (!m_pool) {
         m_pool = new (std::nothrow) buffer_pool(m_read_buffer_size);
         if (!m_pool) return -ENOMEM;
+        publish(*m_pool);
     }
     std::uint32_t id;
     if (!m_pool->take(id)) return -ENOMEM;

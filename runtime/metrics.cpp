@@ -52,6 +52,9 @@ loop_metrics loop::metrics() const noexcept {
     for (std::size_t k = 0; k < io_kind_count; ++k)
         m.io_in_flight[k] = static_cast<std::uint64_t>(std::max<std::int64_t>(0, c.io_in_flight[k]));
     m.timers_pending = core.timers().size();
+    const reactor::read_buffer_counts buffers = core.backend().read_buffers();
+    m.read_buffers = buffers.mapped;
+    m.read_buffers_lent = buffers.lent;
     if (core.options().task_run_histogram) {
         m.has_run_times = true;
         for (std::size_t b = 0; b < run_time_buckets; ++b) m.run_times.counts[b] = c.run_counts[b];
@@ -91,6 +94,8 @@ loop_metrics total(std::span<const loop_metrics> loops) noexcept {
         sum.ready_depth_max = std::max(sum.ready_depth_max, m.ready_depth_max);
         for (std::size_t k = 0; k < io_kind_count; ++k) sum.io_in_flight[k] += m.io_in_flight[k];
         sum.timers_pending += m.timers_pending;
+        sum.read_buffers += m.read_buffers;
+        sum.read_buffers_lent += m.read_buffers_lent;
         if (m.has_run_times) {
             sum.has_run_times = true;
             for (std::size_t b = 0; b < run_time_buckets; ++b) sum.run_times.counts[b] += m.run_times.counts[b];

@@ -83,6 +83,10 @@ constexpr scalar_family scalar_families[] = {
      [](const loop_metrics& m) noexcept { return count_of(m.ready_depth_max); }},
     {"spindle_loop_timers_pending", "gauge", "Timers armed.",
      [](const loop_metrics& m) noexcept { return count_of(m.timers_pending); }},
+    {"spindle_loop_read_buffers", "gauge", "Buffers of borrowed reads the loop has mapped.",
+     [](const loop_metrics& m) noexcept { return count_of(m.read_buffers); }},
+    {"spindle_loop_read_buffers_lent", "gauge", "Buffers of borrowed reads lent now.",
+     [](const loop_metrics& m) noexcept { return count_of(m.read_buffers_lent); }},
 };
 
 constexpr std::string_view io_in_flight_name = "spindle_loop_io_in_flight";

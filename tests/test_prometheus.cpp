@@ -60,6 +60,8 @@ loop_metrics sample_metrics(std::uint64_t base) {
     m.ready_depth_max = base + 16;
     m.io_in_flight = {base + 20, base + 21, base + 22, base + 23, base + 24};
     m.timers_pending = base + 17;
+    m.read_buffers = base + 18;
+    m.read_buffers_lent = base + 19;
     return m;
 }
 
@@ -91,6 +93,8 @@ TEST_CASE("one loop's snapshot: a HELP and TYPE line per metric, then its sample
              "# TYPE spindle_loop_ready_depth gauge", "spindle_loop_ready_depth 15",
              "# TYPE spindle_loop_ready_depth_max gauge", "spindle_loop_ready_depth_max 16",
              "# TYPE spindle_loop_timers_pending gauge", "spindle_loop_timers_pending 17",
+             "# TYPE spindle_loop_read_buffers gauge", "spindle_loop_read_buffers 18",
+             "# TYPE spindle_loop_read_buffers_lent gauge", "spindle_loop_read_buffers_lent 19",
              "# TYPE spindle_loop_io_in_flight gauge",
              "spindle_loop_io_in_flight{kind=\"read\"} 20", "spindle_loop_io_in_flight{kind=\"write\"} 21",
              "spindle_loop_io_in_flight{kind=\"accept\"} 22", "spindle_loop_io_in_flight{kind=\"connect\"} 23",
@@ -115,6 +119,7 @@ TEST_CASE("one loop's snapshot: a HELP and TYPE line per metric, then its sample
         {"spindle_loop_stalls_total", "counter"},          {"spindle_loop_tasks_alive", "gauge"},
         {"spindle_loop_ready_depth", "gauge"},             {"spindle_loop_ready_depth_max", "gauge"},
         {"spindle_loop_io_in_flight", "gauge"},            {"spindle_loop_timers_pending", "gauge"},
+        {"spindle_loop_read_buffers", "gauge"},            {"spindle_loop_read_buffers_lent", "gauge"},
     };
     CHECK(e.types == types);
     // One sample per family, five for io_in_flight, and one HELP line each.
@@ -179,6 +184,7 @@ TEST_CASE("a group of three loops: one HELP and TYPE per metric, every sample la
              "spindle_loop_busy_seconds_total{loop=\"2\"} 201.5",
              "spindle_loop_stalls_total{loop=\"2\"} 213",
              "spindle_loop_timers_pending{loop=\"1\"} 117",
+             "spindle_loop_read_buffers_lent{loop=\"2\"} 219",
              "spindle_loop_io_in_flight{loop=\"0\",kind=\"read\"} 20",
              "spindle_loop_io_in_flight{loop=\"1\",kind=\"accept\"} 122",
              "spindle_loop_io_in_flight{loop=\"2\",kind=\"poll\"} 224",
@@ -195,9 +201,9 @@ TEST_CASE("a group of three loops: one HELP and TYPE per metric, every sample la
 
     const prom::exposition e = checked(text);
     CHECK(count(text, "# TYPE ") == e.types.size());
-    // 19 plain families and 5 kinds of I/O for each of 3 loops, and 16
+    // 21 plain families and 5 kinds of I/O for each of 3 loops, and 16
     // buckets, a sum and a count for the one loop with a histogram.
-    CHECK(e.values.size() == 3 * (19 + 5) + 18);
+    CHECK(e.values.size() == 3 * (21 + 5) + 18);
     CHECK(e.values.at("spindle_loop_io_in_flight{kind=\"connect\",loop=\"2\"}") == 223);
     // A span of one loop is still labelled: it is a group's.
     CHECK(spindle::to_prometheus(std::span(loops).first(1)).find("spindle_loop_ticks_total{loop=\"0\"} 1\n") != std::string::npos);

@@ -78,6 +78,13 @@ struct loop_metrics {
     /// Descriptor operations submitted and not completed yet, by io_kind.
     std::array<std::uint64_t, io_kind_count> io_in_flight{};
     std::uint64_t timers_pending = 0;
+    /// Buffers of borrowed reads (loop_options::read_buffer_size each) the
+    /// loop has mapped, and of those the ones lent now: to a read that
+    /// completed, or to the task holding its borrowed_buffer. The loop keeps
+    /// what it mapped, so read_buffers is the most ever lent at once,
+    /// rounded up to the 16 a mapping makes.
+    std::uint64_t read_buffers = 0;
+    std::uint64_t read_buffers_lent = 0;
 
     /// With loop_options::task_run_histogram: every resume's duration.
     bool has_run_times = false;

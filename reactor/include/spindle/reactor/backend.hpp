@@ -5,6 +5,7 @@
 
 #include <spindle/reactor/operation.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,14 @@
 namespace spindle::reactor {
 
 enum class backend_kind { automatic, epoll, io_uring, kqueue };
+
+class buffer_pool;
+
+/// The buffers of pooled receives (op_code::recv_pooled), counted.
+struct read_buffer_counts {
+    std::uint32_t mapped = 0;  ///< made so far; never given back to the OS while the backend lives
+    std::uint32_t lent = 0;    ///< of those, held now by an operation or its owner
+};
 
 std::string_view to_string(backend_kind) noexcept;
 /// The kind named "automatic", "epoll", "io_uring" or "kqueue".
@@ -60,6 +69,16 @@ public:
     virtual void flush() noexcept {}
 
     virtual backend_kind kind() const noexcept = 0;
+
+    /// Any thread (a metrics scrape), while the backend lives.
+    read_buffer_counts read_buffers() const noexcept;
+
+protected:
+    /// The pool is made by the first pooled receive; from then on read_buffers() counts it.
+    void publish(const buffer_pool& pool) noexcept { m_published_pool.store(&pool, std::memory_order_release); }
+
+private:
+    std::atomic<const buffer_pool*> m_published_pool{nullptr};
 };
 
 /// How the loop will use its backend, for backends that can do better when told.

@@ -13,8 +13,10 @@
 /// Lent buffers may outlive their backend (a task keeps one past its loop's
 /// end): the backend calls retire() instead of deleting the pool, and the last
 /// buffer given back frees it. Not thread-safe: a pool and its buffers belong
-/// to the loop's thread, or after retire() to whichever one thread holds them.
+/// to the loop's thread, or after retire() to whichever one thread holds them;
+/// only mapped() and lent() may be read from any thread (a metrics scrape).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -34,8 +36,10 @@ public:
     std::byte* address(std::uint32_t id) const noexcept {
         return m_chunks[id / chunk_buffers] + static_cast<std::size_t>(id % chunk_buffers) * m_buffer_size;
     }
-    /// Buffers lent out now (taken, or handed over by the kernel).
-    std::uint32_t lent() const noexcept { return m_lent; }
+    /// Buffers mapped so far (the pool never unmaps one), and of those the
+    /// ones lent out now (taken, or handed over by the kernel). Any thread.
+    std::uint32_t mapped() const noexcept { return m_mapped.load(std::memory_order_relaxed); }
+    std::uint32_t lent() const noexcept { return m_lent.load(std::memory_order_relaxed); }
 
     /// A completion carries a lent buffer to its task, which has not resumed
     /// yet; delivered() when it has, or when the buffer comes back unseen
@@ -67,7 +71,11 @@ protected:
     std::size_t m_buffer_size;
     std::vector<std::byte*> m_chunks;
     std::vector<std::uint32_t> m_free;  // reserved for every buffer: pushing never allocates
-    std::uint32_t m_lent = 0;
+    // Written by the pool's thread only, read by any: a load and a store, no
+    // locked instruction.
+    void add_lent(std::uint32_t n) noexcept { m_lent.store(m_lent.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+    std::atomic<std::uint32_t> m_mapped{0};
+    std::atomic<std::uint32_t> m_lent{0};
     std::uint32_t m_in_transit = 0;
     bool m_retired = false;
 };
