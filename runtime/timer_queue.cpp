@@ -186,10 +186,10 @@ void timer_queue::collect_due(std::int64_t now) {
             // level 0 holds one deadline: entries that came down from
             // different slots may be out of sequence order.)
             const std::size_t first = m_due.size();
-            m_due.insert(m_due.end(), s.items.begin(), s.items.end());
+            m_due.append(s.items.begin(), s.items.end());
             s.items.clear();
             if (m_due.size() - first > 1)
-                std::sort(m_due.begin() + static_cast<std::ptrdiff_t>(first), m_due.end(), [](const entry& a, const entry& b) {
+                std::sort(m_due.begin() + first, m_due.end(), [](const entry& a, const entry& b) {
                     return a.key != b.key ? a.key < b.key : seq_before(a.seq, b.seq);
                 });
             continue;
@@ -200,7 +200,7 @@ void timer_queue::collect_due(std::int64_t now) {
             for (; moved < s.items.size(); ++moved) put(s.items[moved]);
         } catch (...) {
             // Out of memory: keep each entry exactly once, the rest where it was.
-            s.items.erase(s.items.begin(), s.items.begin() + static_cast<std::ptrdiff_t>(moved));
+            s.items.erase_front(moved);
             for (const entry& e : s.items) {
                 s.min = std::min(s.min, e.key);
                 s.min_wake = std::min(s.min_wake, wake_of(e));
@@ -263,13 +263,13 @@ void timer_queue::purge() noexcept {
         free_slot(e.slot);
         return true;
     };
-    m_due.erase(std::remove_if(m_due.begin(), m_due.end(), dead), m_due.end());
+    m_due.truncate(static_cast<std::size_t>(std::remove_if(m_due.begin(), m_due.end(), dead) - m_due.begin()));
     for (int level = 0; level < level_count; ++level) {
         auto& occupied = m_occupied[static_cast<std::size_t>(level)];
         for (std::uint64_t bits = occupied; bits != 0; bits &= bits - 1) {
             const auto index = static_cast<std::size_t>(__builtin_ctzll(bits));
             wheel_slot& s = slot_at(level, index);
-            s.items.erase(std::remove_if(s.items.begin(), s.items.end(), dead), s.items.end());
+            s.items.truncate(static_cast<std::size_t>(std::remove_if(s.items.begin(), s.items.end(), dead) - s.items.begin()));
             s.min = std::numeric_limits<std::uint64_t>::max();
             s.min_wake = std::numeric_limits<std::uint64_t>::max();
             for (const entry& e : s.items) {

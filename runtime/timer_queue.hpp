@@ -31,6 +31,7 @@
 // or by a purge once dead entries outnumber live ones. Nothing here is ever
 // written back into a timer but its slot.
 
+#include "mapped_array.hpp"
 #include "relaxed.hpp"
 
 #include <spindle/detail/timer_node.hpp>
@@ -39,7 +40,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <vector>
 
 namespace spindle::detail {
 
@@ -87,7 +87,7 @@ private:
         std::uint32_t slack_log2 : 32 - slot_bits;  // slack 2^slack_log2 ns; 0: the grid's
     };
     struct wheel_slot {
-        std::vector<entry> items;
+        mapped_array<entry> items;
         std::uint64_t min = std::numeric_limits<std::uint64_t>::max();       // earliest deadline
         std::uint64_t min_wake = std::numeric_limits<std::uint64_t>::max();  // earliest deadline + slack
     };
@@ -128,10 +128,10 @@ private:
     std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
     std::uint64_t m_grid = 0;     // wake-up grid step, ns
     bool m_scaled_slack = false;
-    std::vector<entry> m_due;     // taken out by fire_expired, fired in order
+    mapped_array<entry> m_due;    // taken out by fire_expired, fired in order
     bool m_firing = false;
-    std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
-    std::vector<std::uint32_t> m_free_slots;
+    mapped_array<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
+    mapped_array<std::uint32_t> m_free_slots;
     std::uint32_t m_seq = 0;
     relaxed<std::size_t> m_live{0};  // read by metrics() on any thread
     std::size_t m_dead = 0;  // cancelled entries still queued

@@ -592,6 +592,66 @@ TEST_CASE("timer_queue: a timer armed by a callback with a due deadline waits fo
     f.q.clear();
 }
 
+TEST_CASE("mapped_array: entries survive growth from the heap into a mapping and on, in order", "[timers][queue][storage]") {
+    // The wheel's storage: up to a page in the heap, then a mapping of its
+    // own, grown in place or moved by the kernel. Every entry written must
+    // read back, whichever way it grew.
+    struct entry {
+        std::uint64_t a;
+        std::uint64_t b;
+    };
+    spindle::detail::mapped_array<entry> array;
+    CHECK(array.empty());
+    constexpr std::uint64_t n = 100'000;  // 1.6 MB: many pages, several growths
+    std::size_t last_capacity = 0;
+    int growths = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        array.push_back({i, ~i});
+        if (array.capacity() != last_capacity) {
+            ++growths;
+            last_capacity = array.capacity();
+        }
+    }
+    CHECK(growths > 10);
+    REQUIRE(array.size() == n);
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < n; ++i)
+        if (array[i].a != i || array[i].b != ~i) ++wrong;
+    CHECK(wrong == 0);
+
+    // Appending a range, dropping from the front and the back.
+    spindle::detail::mapped_array<entry> other;
+    other.append(array.begin() + 10, array.begin() + 5000);  // heap, then a mapping, in one step
+    REQUIRE(other.size() == 4990);
+    CHECK(other[0].a == 10);
+    CHECK(other.back().a == 4999);
+    other.erase_front(990);
+    REQUIRE(other.size() == 4000);
+    CHECK(other[0].a == 1000);
+    CHECK(other.back().a == 4999);
+    other.truncate(3);
+    CHECK(other.size() == 3);
+    CHECK(other[2].a == 1002);
+    other.pop_back();
+    CHECK(other.size() == 2);
+
+    // Cleared, the storage stays: refilling it does not grow it.
+    const std::size_t capacity = array.capacity();
+    array.clear();
+    CHECK(array.empty());
+    for (std::uint64_t i = 0; i < n; ++i) array.push_back({i, i});
+    CHECK(array.capacity() == capacity);
+    CHECK(array[n - 1].b == n - 1);
+
+    // Reserving ahead, from empty, straight into a mapping.
+    spindle::detail::mapped_array<std::uint32_t> reserved;
+    reserved.reserve(10'000);
+    CHECK(reserved.capacity() >= 10'000);
+    for (std::uint32_t i = 0; i < 10'000; ++i) reserved.push_back(i);
+    CHECK(reserved.capacity() < 10'000 + 1'024);  // at most rounded up to a whole page
+    CHECK(reserved[9'999] == 9'999);
+}
+
 TEST_CASE("timer_queue: cancel withdraws a timer and the queue forgets it", "[timers][queue]") {
     timer_queue q;
     struct node : timer_node {
