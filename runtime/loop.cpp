@@ -159,10 +159,12 @@ void log_unobserved_failure(const task_header& task) noexcept {
             what = e.what();
         } catch (...) {
         }
-        if (task.m_name.empty())
+        std::string name;
+        append_task_name(task, name);
+        if (name.empty())
             logger()->error("task {} failed: {}", task.m_id, what);
         else
-            logger()->error("task {} '{}' failed: {}", task.m_id, task.m_name.view(), what);
+            logger()->error("task {} '{}' failed: {}", task.m_id, name, what);
     } catch (...) {
         // Logging must never take the loop down.
     }
@@ -298,7 +300,7 @@ void loop_core::task_finished(task_header& t) noexcept {
 void loop_core::abort_task(task_header& t) {
     if (t.m_status != task_status::running) return;
     // A when_any branch is part of its task: it cannot abort that task either.
-    for (const task_header* r = m_running; r; r = r->m_outer)
+    for (const task_header* r = m_running; r; r = outer_of(*r))
         if (r == &t) throw std::logic_error("spindle: a task cannot abort itself");
     t.ready_hook().unlink();
     t.all_hook().unlink();

@@ -185,9 +185,11 @@ void loop_core::report_stall(const task_header* t, bool finished, std::uint64_t 
             return;
         }
         std::string who = "task " + std::to_string(id);
-        if (t && !t->m_name.empty()) {
+        std::string name;
+        if (t) append_task_name(*t, name);
+        if (!name.empty()) {
             who += " '";
-            who += t->m_name.view();
+            who += name;
             who += "'";
         }
         std::string then;

@@ -20,7 +20,7 @@ std::vector<task_info> loop::tasks() const {
     core.all_tasks().for_each([&](const detail::task_header& t) {
         task_info info;
         info.id = t.m_id;
-        info.name = t.m_name.view();
+        detail::append_task_name(t, info.name);
         info.frame_size = t.m_frame_size;
         if (const run_time_histogram* times = core.run_times_of(t)) {
             info.has_run_times = true;

@@ -88,9 +88,9 @@ public:
     void describe(std::string& out) const {
         out += "join of task ";
         out += std::to_string(m_target->m_id);
-        if (!m_target->m_name.empty()) {
+        if (m_target->m_named) {
             out += " (";
-            out += m_target->m_name.view();
+            detail::append_task_name(*m_target, out);
             out += ")";
         }
     }

@@ -10,6 +10,7 @@
 #include <spindle/metrics.hpp>
 #include <spindle/task.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -229,11 +230,18 @@ template <class T>
 join_handle<T> loop::spawn(task<T> t, std::string name) {
     if (!t.valid()) throw std::invalid_argument("spindle: spawn of an empty task");
     auto* header = new detail::spawned<T>();
-    header->m_name.assign(name);
+    if (!name.empty()) {
+        try {
+            detail::name_task(*header, name);
+        } catch (...) {
+            delete header;
+            throw;
+        }
+    }
     header->m_ops = &detail::spawned_ops<T>;
     header->m_refs = 2;  // the loop, while it runs, and the join handle
     auto frame = t.release();
-    header->m_frame_size = frame.promise().frame_size();
+    header->m_frame_size = static_cast<std::uint32_t>(std::min<std::size_t>(frame.promise().frame_size(), 0x7fffffff));
     frame.promise().set_root(header);
     detail::register_task(*m_core, *header, frame);
     return join_handle<T>(header);

@@ -254,11 +254,6 @@ namespace detail {
 /// A branch of a when_any over awaitables, as the loop sees it: a task header
 /// of its own, which the branch's waits park and the loop resumes, but which
 /// is not in the loop's list of tasks.
-struct branch_header : task_header {
-    /// The branch's awaitable completed (its wait, or its task, is done).
-    void (*m_arrive)(branch_header&) noexcept = nullptr;
-};
-
 /// The coroutine handle every branch's awaitable is given to resume: it
 /// tells the running branch that its awaitable completed. The loop resumes
 /// it with the branch as the running task (the branch's wait completed), or

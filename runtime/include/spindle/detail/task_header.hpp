@@ -49,33 +49,17 @@ struct wait_info {
     void (*describe)(const void* awaiter, std::string& out);
 };
 
-/// A task's name: kept out of line, and only when one was given (most tasks
-/// have none, and a header lives as long as its task).
-class task_name {
-public:
-    task_name() noexcept = default;
-    task_name(const task_name&) = delete;
-    task_name& operator=(const task_name&) = delete;
-    ~task_name() { delete[] m_text; }
-
-    void assign(std::string_view name) {
-        char* text = nullptr;
-        if (!name.empty()) {
-            text = new char[name.size() + 1];
-            name.copy(text, name.size());
-            text[name.size()] = '\0';
-        }
-        delete[] m_text;
-        m_text = text;
-    }
-    bool empty() const noexcept { return m_text == nullptr; }
-    std::string_view view() const noexcept { return m_text ? std::string_view(m_text) : std::string_view(); }
-
-private:
-    char* m_text = nullptr;
-};
-
 struct task_header;
+
+/// A task's name lives in a table of the process, not in its header: most
+/// tasks have none, and a header lives as long as its task. The header only
+/// says that it has one (m_named). Any thread.
+/// Names `t` (before it is registered); throws std::bad_alloc.
+void name_task(task_header& t, std::string_view name);
+/// Appends the name of `t` to `out`; nothing for a task without one.
+void append_task_name(const task_header& t, std::string& out);
+/// Drops the name of `t`, which is going away.
+void forget_task_name(const task_header& t) noexcept;
 
 /// What differs between spawned<T> for each T: one static table per type.
 struct task_ops {
@@ -99,7 +83,6 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
         /// so the two share their word.
         std::exception_ptr m_error;
     };
-    task_name m_name;
     std::uint64_t m_id = 0;
     /// One for the loop while the task runs, one for a live join handle, one
     /// for a join parked on it.
@@ -111,14 +94,16 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     bool m_cancel_requested : 1 = false;
     /// Inside a budget_exempt_scope: ready operations spend no budget.
     bool m_unbudgeted : 1 = false;
-    /// The outermost frame's size (bytes), for the dump.
-    std::uint32_t m_frame_size = 0;
+    /// A branch of a when_any over awaitables (a branch_header): a header the
+    /// loop resumes but does not list.
+    bool m_branch : 1 = false;
+    /// The outermost frame's size (bytes), for the dump, and whether the
+    /// task has a name: both set before the task is registered, never after.
+    std::uint32_t m_frame_size : 31 = 0;
+    std::uint32_t m_named : 1 = 0;
     const task_ops* m_ops = nullptr;
     /// The innermost open cancel scope, if any.
     cancel_scope* m_scope = nullptr;
-    /// A branch of a when_any over awaitables (a header the loop resumes but
-    /// does not list): the task it is part of. Null for a spawned task.
-    task_header* m_outer = nullptr;
     /// The wait the task is parked on (a sleep, an I/O, a signal, a lock...)
     /// and since when (loop time, ns); cleared when that wait resumes.
     const wait_info* m_wait_info = nullptr;
@@ -130,6 +115,7 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     task_header& operator=(const task_header&) = delete;
     ~task_header() {
         if (m_status == task_status::failed) m_error.~exception_ptr();
+        if (m_named) forget_task_name(*this);
     }
 
     /// The task parked on this one's join handle; null once it finished.
@@ -169,6 +155,21 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     const list_hook<ready_tag>& ready_hook() const noexcept { return *this; }
     list_hook<all_tag>& all_hook() noexcept { return *this; }
 };
+
+/// A branch of a when_any over awaitables (when_any.hpp): a header the loop
+/// resumes but does not list, part of the task m_outer. Spawned tasks do
+/// without the word.
+struct branch_header : task_header {
+    branch_header() noexcept { m_branch = true; }
+    task_header* m_outer = nullptr;
+    /// The branch's awaitable completed (its wait, or its task, is done).
+    void (*m_arrive)(branch_header&) noexcept = nullptr;
+};
+
+/// The task a when_any branch is part of; null for a spawned task.
+inline const task_header* outer_of(const task_header& t) noexcept {
+    return t.m_branch ? static_cast<const branch_header&>(t).m_outer : nullptr;
+}
 
 /// Called from a spawned task's final suspend point (defined by the loop).
 void task_finished(task_header& task) noexcept;
