@@ -79,6 +79,15 @@ public:
     }
     /// Drops every entry; the storage stays for the next ones.
     void clear() noexcept { m_size = 0; }
+    /// Drops every entry and, when the storage is over `keep_bytes`, gives
+    /// it back too: an array that swelled once need not stay resident.
+    void clear_and_shrink(std::size_t keep_bytes) noexcept {
+        m_size = 0;
+        if (m_capacity * sizeof(T) <= keep_bytes) return;
+        free_array_storage(m_data, m_capacity * sizeof(T));
+        m_data = nullptr;
+        m_capacity = 0;
+    }
 
 private:
     void grow_to(std::size_t n) {

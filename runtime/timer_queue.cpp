@@ -17,6 +17,14 @@ constexpr std::size_t prefetch_timer_ahead = 16;
 
 constexpr std::size_t initial_slot_capacity = 4;
 
+// A slot of this level or above gives its storage back when it empties: it
+// comes round again only after 64^(level + 1) ns (68 s for level 5), and a
+// crowd of timers that passed through it once (all of them, for a wheel
+// whose first timers are far from its start) would keep it resident for
+// nothing. The slots below cycle within a second and keep theirs, so a
+// steady stream of timers allocates nothing.
+constexpr int release_from_level = 5;
+
 // A timer armed this many grid steps ahead or more gets slack of 1/1024 of its delay.
 constexpr int scaled_slack_shift = 10;
 
@@ -159,6 +167,13 @@ std::int64_t timer_queue::next_wake() noexcept {
     return best >= static_cast<std::uint64_t>(no_deadline) ? no_deadline : static_cast<std::int64_t>(best);
 }
 
+void timer_queue::empty_slot(wheel_slot& s, int level) noexcept {
+    if (level >= release_from_level)
+        s.items.clear_and_shrink(mapped_array_page);
+    else
+        s.items.clear();
+}
+
 // Moves every entry due at `now` into m_due, in (deadline, sequence) order,
 // by taking out occupied slots lowest first while they start no later than
 // `now`: a slot that ends by `now` to the due run, one that straddles it a
@@ -187,7 +202,7 @@ void timer_queue::collect_due(std::int64_t now) {
             // different slots may be out of sequence order.)
             const std::size_t first = m_due.size();
             m_due.append(s.items.begin(), s.items.end());
-            s.items.clear();
+            empty_slot(s, level);
             if (m_due.size() - first > 1)
                 std::sort(m_due.begin() + first, m_due.end(), [](const entry& a, const entry& b) {
                     return a.key != b.key ? a.key < b.key : seq_before(a.seq, b.seq);
@@ -209,7 +224,7 @@ void timer_queue::collect_due(std::int64_t now) {
             m_levels |= 1u << level;
             throw;
         }
-        s.items.clear();
+        empty_slot(s, level);
     }
 }
 

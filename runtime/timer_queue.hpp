@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <vector>
 
 namespace spindle::detail {
 
@@ -114,6 +115,7 @@ private:
     std::uint64_t wake_of(const entry& e) const noexcept;
     [[gnu::always_inline]] inline void put(const entry& e);
     void collect_due(std::int64_t now);
+    void empty_slot(wheel_slot& s, int level) noexcept;
     std::size_t fire_due() noexcept;
     void purge() noexcept;
     std::uint32_t take_slot(timer_node& node);
@@ -130,8 +132,8 @@ private:
     bool m_scaled_slack = false;
     mapped_array<entry> m_due;    // taken out by fire_expired, fired in order
     bool m_firing = false;
-    mapped_array<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
-    mapped_array<std::uint32_t> m_free_slots;
+    std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
+    std::vector<std::uint32_t> m_free_slots;
     std::uint32_t m_seq = 0;
     relaxed<std::size_t> m_live{0};  // read by metrics() on any thread
     std::size_t m_dead = 0;  // cancelled entries still queued

@@ -643,6 +643,15 @@ TEST_CASE("mapped_array: entries survive growth from the heap into a mapping and
     CHECK(array.capacity() == capacity);
     CHECK(array[n - 1].b == n - 1);
 
+    // Shrunk: a large array gives its storage back, a small one keeps it.
+    array.clear_and_shrink(4096);
+    CHECK(array.empty());
+    CHECK(array.capacity() == 0);
+    array.push_back({7, 7});
+    CHECK(array[0].a == 7);
+    other.clear_and_shrink(1 << 20);
+    CHECK(other.capacity() > 0);
+
     // Reserving ahead, from empty, straight into a mapping.
     spindle::detail::mapped_array<std::uint32_t> reserved;
     reserved.reserve(10'000);
