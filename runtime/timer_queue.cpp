@@ -24,6 +24,7 @@ constexpr std::size_t initial_slot_capacity = 4;
 // nothing. The slots below cycle within a second and keep theirs, so a
 // steady stream of timers allocates nothing.
 constexpr int release_from_level = 5;
+constexpr std::size_t released_above = 256;  // entries (4 KiB)
 
 // A timer armed this many grid steps ahead or more gets slack of 1/1024 of its delay.
 constexpr int scaled_slack_shift = 10;
@@ -65,22 +66,20 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
     // Every slot free (the queue ran dry): start again from slot 0, so timers
     // armed one after another get neighbouring slots, not the scattered order
     // in which the last ones fired.
-    if (m_free_slots.size() == m_slots.size()) {
-        m_free_slots.clear();
+    if (m_free_count == m_slots.size()) {
         m_slots.clear();
+        m_free_head = no_free_slot;
+        m_free_count = 0;
     }
-    if (!m_free_slots.empty()) {
-        std::uint32_t s = m_free_slots.back();
-        m_free_slots.pop_back();
+    if (m_free_head != no_free_slot) {
+        const std::uint32_t s = m_free_head;
+        m_free_head = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(m_slots[s]) >> 1);
+        --m_free_count;
         m_slots[s] = &node;
         return s;
     }
     if (m_slots.size() >= (std::size_t{1} << slot_bits) - 1)
         throw std::length_error("spindle: more than 16,777,215 timers armed on one loop");
-    // Keep room for every slot in the free list, so releasing one never
-    // allocates; grow both before changing either, so a throw changes nothing.
-    if (m_slots.size() == m_slots.capacity()) m_slots.reserve(m_slots.size() * 2 + 16);
-    if (m_free_slots.capacity() < m_slots.capacity()) m_free_slots.reserve(m_slots.capacity());
     m_slots.push_back(&node);
     return static_cast<std::uint32_t>(m_slots.size() - 1);
 }
@@ -116,7 +115,6 @@ void timer_queue::insert(timer_node& node, std::int64_t deadline, std::int64_t n
         e.slack_log2 = slack_log2;
         put(e);
     } catch (...) {
-        m_slots[slot] = nullptr;
         free_slot(slot);
         throw;
     }
@@ -168,8 +166,8 @@ std::int64_t timer_queue::next_wake() noexcept {
 }
 
 void timer_queue::empty_slot(wheel_slot& s, int level) noexcept {
-    if (level >= release_from_level)
-        s.items.clear_and_shrink(mapped_array_page);
+    if (level >= release_from_level && s.items.capacity() > released_above)
+        std::vector<entry>().swap(s.items);
     else
         s.items.clear();
 }
@@ -201,10 +199,10 @@ void timer_queue::collect_due(std::int64_t now) {
             // level 0 holds one deadline: entries that came down from
             // different slots may be out of sequence order.)
             const std::size_t first = m_due.size();
-            m_due.append(s.items.begin(), s.items.end());
+            m_due.insert(m_due.end(), s.items.begin(), s.items.end());
             empty_slot(s, level);
             if (m_due.size() - first > 1)
-                std::sort(m_due.begin() + first, m_due.end(), [](const entry& a, const entry& b) {
+                std::sort(m_due.begin() + static_cast<std::ptrdiff_t>(first), m_due.end(), [](const entry& a, const entry& b) {
                     return a.key != b.key ? a.key < b.key : seq_before(a.seq, b.seq);
                 });
             continue;
@@ -215,7 +213,7 @@ void timer_queue::collect_due(std::int64_t now) {
             for (; moved < s.items.size(); ++moved) put(s.items[moved]);
         } catch (...) {
             // Out of memory: keep each entry exactly once, the rest where it was.
-            s.items.erase_front(moved);
+            s.items.erase(s.items.begin(), s.items.begin() + static_cast<std::ptrdiff_t>(moved));
             for (const entry& e : s.items) {
                 s.min = std::min(s.min, e.key);
                 s.min_wake = std::min(s.min_wake, wake_of(e));
@@ -237,16 +235,15 @@ std::size_t timer_queue::fire_due() noexcept {
     for (std::size_t i = 0; i < n; ++i) {
         if (i + prefetch_slot_ahead < n) __builtin_prefetch(&m_slots[due[i + prefetch_slot_ahead].slot]);
         if (i + prefetch_timer_ahead < n)
-            if (const timer_node* next = m_slots[due[i + prefetch_timer_ahead].slot]) {
+            if (const timer_node* next = node_in(due[i + prefetch_timer_ahead].slot)) {
                 // The node and what follows it (a timer's callback and context),
                 // which may lie on the next cache line.
                 __builtin_prefetch(next, 1);
                 __builtin_prefetch(reinterpret_cast<const char*>(next) + 56);
             }
         const std::uint32_t slot = due[i].slot;
-        timer_node* node = m_slots[slot];
-        m_slots[slot] = nullptr;
-        free_slot(slot);  // never allocates: room for every slot is kept
+        timer_node* node = node_in(slot);
+        free_slot(slot);
         if (!node) {
             --m_dead;
             continue;
@@ -278,13 +275,13 @@ void timer_queue::purge() noexcept {
         free_slot(e.slot);
         return true;
     };
-    m_due.truncate(static_cast<std::size_t>(std::remove_if(m_due.begin(), m_due.end(), dead) - m_due.begin()));
+    m_due.erase(std::remove_if(m_due.begin(), m_due.end(), dead), m_due.end());
     for (int level = 0; level < level_count; ++level) {
         auto& occupied = m_occupied[static_cast<std::size_t>(level)];
         for (std::uint64_t bits = occupied; bits != 0; bits &= bits - 1) {
             const auto index = static_cast<std::size_t>(__builtin_ctzll(bits));
             wheel_slot& s = slot_at(level, index);
-            s.items.truncate(static_cast<std::size_t>(std::remove_if(s.items.begin(), s.items.end(), dead) - s.items.begin()));
+            s.items.erase(std::remove_if(s.items.begin(), s.items.end(), dead), s.items.end());
             s.min = std::numeric_limits<std::uint64_t>::max();
             s.min_wake = std::numeric_limits<std::uint64_t>::max();
             for (const entry& e : s.items) {
@@ -300,7 +297,7 @@ void timer_queue::purge() noexcept {
 
 void timer_queue::clear() noexcept {
     auto disarm = [this](const entry& e) {
-        if (timer_node* node = m_slots[e.slot]) node->m_slot = timer_node::no_slot;
+        if (timer_node* node = node_in(e.slot)) node->m_slot = timer_node::no_slot;
     };
     for (const entry& e : m_due) disarm(e);
     m_due.clear();
@@ -316,7 +313,8 @@ void timer_queue::clear() noexcept {
     }
     m_levels = 0;
     m_slots.clear();
-    m_free_slots.clear();
+    m_free_head = no_free_slot;
+    m_free_count = 0;
     m_live = 0;
     m_dead = 0;
 }

@@ -31,7 +31,6 @@
 // or by a purge once dead entries outnumber live ones. Nothing here is ever
 // written back into a timer but its slot.
 
-#include "mapped_array.hpp"
 #include "relaxed.hpp"
 
 #include <spindle/detail/timer_node.hpp>
@@ -88,7 +87,7 @@ private:
         std::uint32_t slack_log2 : 32 - slot_bits;  // slack 2^slack_log2 ns; 0: the grid's
     };
     struct wheel_slot {
-        mapped_array<entry> items;
+        std::vector<entry> items;
         std::uint64_t min = std::numeric_limits<std::uint64_t>::max();       // earliest deadline
         std::uint64_t min_wake = std::numeric_limits<std::uint64_t>::max();  // earliest deadline + slack
     };
@@ -119,7 +118,18 @@ private:
     std::size_t fire_due() noexcept;
     void purge() noexcept;
     std::uint32_t take_slot(timer_node& node);
-    void free_slot(std::uint32_t slot) noexcept { m_free_slots.push_back(slot); }
+    // A slot of the table holds its timer, null once that timer was
+    // cancelled (its entry still queued), or, free, the next free slot as
+    // (next << 1) | 1: a list threaded through the table itself, so freeing a
+    // slot writes only where the timer's entry pointed anyway. Kept as
+    // pointers, which no store of an integer may alias.
+    static constexpr std::uint32_t no_free_slot = 0xffffffff;
+    timer_node* node_in(std::uint32_t slot) const noexcept { return m_slots[slot]; }
+    void free_slot(std::uint32_t slot) noexcept {
+        m_slots[slot] = reinterpret_cast<timer_node*>((std::uintptr_t{m_free_head} << 1) | 1);
+        m_free_head = slot;
+        ++m_free_count;
+    }
 
     static constexpr std::size_t wheel_size = static_cast<std::size_t>(level_count) * slots_per_level;
     // Allocated with the first timer: a loop that never arms one does not
@@ -130,10 +140,11 @@ private:
     std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
     std::uint64_t m_grid = 0;     // wake-up grid step, ns
     bool m_scaled_slack = false;
-    mapped_array<entry> m_due;    // taken out by fire_expired, fired in order
+    std::vector<entry> m_due;     // taken out by fire_expired, fired in order
     bool m_firing = false;
-    std::vector<timer_node*> m_slots;  // nullptr: free, or its timer was cancelled
-    std::vector<std::uint32_t> m_free_slots;
+    std::vector<timer_node*> m_slots;  // see free_slot
+    std::uint32_t m_free_head = no_free_slot;
+    std::uint32_t m_free_count = 0;
     std::uint32_t m_seq = 0;
     relaxed<std::size_t> m_live{0};  // read by metrics() on any thread
     std::size_t m_dead = 0;  // cancelled entries still queued
