@@ -21,15 +21,22 @@ struct name_shard {
 };
 
 constexpr std::size_t shard_count = 16;
+constexpr int shard_bits = 4;
+static_assert(shard_count == std::size_t{1} << shard_bits);
 
-name_shard& shard_of(const task_header& t) noexcept {
+std::array<name_shard, shard_count>& all_shards() noexcept {
     // Never destroyed: a header may go (and drop its name) while the
     // process's statics are torn down.
     static auto* shards = new std::array<name_shard, shard_count>;
+    return *shards;
+}
+
+name_shard& shard_of(const task_header& t) noexcept {
+    auto& shards = all_shards();
     // Headers are 16-byte aligned blocks of 128 bytes or more: mix the bits
     // above those into the few that pick a shard.
     const auto p = reinterpret_cast<std::uintptr_t>(&t) >> 4;
-    return (*shards)[(p * 0x9e3779b97f4a7c15u) >> 60];
+    return shards[(p * 0x9e3779b97f4a7c15u) >> (64 - shard_bits)];
 }
 
 }  // namespace
@@ -54,6 +61,15 @@ void forget_task_name(const task_header& t) noexcept {
     name_shard& s = shard_of(t);
     const std::lock_guard lock(s.mutex);
     s.names.erase(&t);
+}
+
+std::size_t task_names_held() noexcept {
+    std::size_t n = 0;
+    for (name_shard& s : all_shards()) {
+        const std::lock_guard lock(s.mutex);
+        n += s.names.size();
+    }
+    return n;
 }
 
 }  // namespace spindle::detail

@@ -295,6 +295,13 @@ void timer_queue::purge() noexcept {
     m_dead = 0;
 }
 
+std::size_t timer_queue::reserved_entries(int level) const noexcept {
+    std::size_t n = 0;
+    if (!m_wheel) return 0;
+    for (std::size_t i = static_cast<std::size_t>(level) * slots_per_level; i < wheel_size; ++i) n += m_wheel[i].items.capacity();
+    return n;
+}
+
 void timer_queue::clear() noexcept {
     auto disarm = [this](const entry& e) {
         if (timer_node* node = node_in(e.slot)) node->m_slot = timer_node::no_slot;

@@ -78,6 +78,10 @@ public:
     /// Disarms every timer without firing it.
     void clear() noexcept;
 
+    /// Entries the slots of `level` and above have room for (for tests of
+    /// what the wheel keeps resident).
+    std::size_t reserved_entries(int level) const noexcept;
+
 private:
     static constexpr std::uint32_t slot_bits = 24;  // 16,777,215 timers armed at once per loop
     struct entry {

@@ -336,3 +336,30 @@ TEST_CASE("dump: seen from outside any task, nothing is running; the text counts
 }
 
 }  // namespace
+
+TEST_CASE("dump: a task's name is held only while its task's header lives", "[dump]") {
+    // Names live in a table of the process, not in the header: each must
+    // go when its header goes, or the table would grow with every named task.
+    const std::size_t before = spindle::detail::task_names_held();
+    {
+        loop l;
+        std::vector<spindle::join_handle<void>> handles;
+        for (int i = 0; i < 100; ++i)
+            handles.push_back(l.spawn(sleep_for_long(0ns), "named " + std::to_string(i)));
+        (void)l.spawn(sleep_for_long(0ns));  // unnamed: holds nothing
+        CHECK(spindle::detail::task_names_held() == before + 100);
+        const std::vector<task_info> all = l.tasks();
+        CHECK(find(all, "named 0") != nullptr);
+        CHECK(find(all, "named 99") != nullptr);
+        l.run();
+        // Finished, and their handles still hold the headers.
+        CHECK(spindle::detail::task_names_held() == before + 100);
+        handles.clear();
+        CHECK(spindle::detail::task_names_held() == before);
+        // A named task the loop destroys before it ran.
+        (void)l.spawn(sleep_for_long(10s), "left parked");
+        (void)l.run_once(0ns);
+        CHECK(spindle::detail::task_names_held() == before + 1);
+    }
+    CHECK(spindle::detail::task_names_held() == before);
+}

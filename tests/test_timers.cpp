@@ -633,6 +633,28 @@ TEST_CASE("timer_queue: cancel withdraws a timer and the queue forgets it", "[ti
     CHECK(b.calls == 1);
 }
 
+TEST_CASE("timer_queue: a crowd that passed through the slots of level 5 and above leaves no storage there", "[timers][queue]") {
+    // A queue that has taken nothing out yet files timers by how far they lie
+    // from 0: 10,000 deadlines within 10 us of 2^40 ns (18 minutes) all go
+    // to one slot of level 6 first, then move down as they come due. That
+    // slot comes round again only after 64^7 ns; it must not keep its room
+    // for 10,000 entries, while the lower slots they went through keep theirs.
+    timer_queue q;
+    constexpr std::int64_t start = std::int64_t{1} << 40;
+    constexpr int n = 10'000;
+    std::vector<timer_node> nodes(n);
+    int fired = 0;
+    for (auto& node : nodes) node.m_fire = [](timer_node&) noexcept {};
+    for (int i = 0; i < n; ++i) q.insert(nodes[static_cast<std::size_t>(i)], start + i);
+    CHECK(q.reserved_entries(5) >= std::size_t{n});  // while they wait up there
+    fired = static_cast<int>(q.fire_expired(start + n));
+    CHECK(fired == n);
+    CHECK(q.empty());
+    // What is left at level 5 and above is the wheel's first room, 4 entries a slot.
+    CHECK(q.reserved_entries(5) <= std::size_t{6 * 64 * 4});
+    CHECK(q.reserved_entries(0) >= std::size_t{n} / 4);  // the lower slots kept theirs
+}
+
 TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "[timers][cancel]") {
     spindle::loop l;
     std::stop_source source;

@@ -251,9 +251,6 @@ task<std::pair<std::size_t, detail::joined_t<T>>> when_any(std::vector<task<T>> 
 
 namespace detail {
 
-/// A branch of a when_any over awaitables, as the loop sees it: a task header
-/// of its own, which the branch's waits park and the loop resumes, but which
-/// is not in the loop's list of tasks.
 /// The coroutine handle every branch's awaitable is given to resume: it
 /// tells the running branch that its awaitable completed. The loop resumes
 /// it with the branch as the running task (the branch's wait completed), or

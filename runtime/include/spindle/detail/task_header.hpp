@@ -6,6 +6,7 @@
 #include <spindle/detail/intrusive_list.hpp>
 
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -60,6 +61,9 @@ void name_task(task_header& t, std::string_view name);
 void append_task_name(const task_header& t, std::string& out);
 /// Drops the name of `t`, which is going away.
 void forget_task_name(const task_header& t) noexcept;
+/// How many names the table holds now (for tests: a name outliving its task
+/// would be a leak).
+std::size_t task_names_held() noexcept;
 
 /// What differs between spawned<T> for each T: one static table per type.
 struct task_ops {
@@ -156,9 +160,10 @@ struct task_header : list_hook<ready_tag>, list_hook<all_tag> {
     list_hook<all_tag>& all_hook() noexcept { return *this; }
 };
 
-/// A branch of a when_any over awaitables (when_any.hpp): a header the loop
-/// resumes but does not list, part of the task m_outer. Spawned tasks do
-/// without the word.
+/// A branch of a when_any over awaitables (when_any.hpp), as the loop sees
+/// it: a task header of its own, which the branch's waits park and the loop
+/// resumes, but which is not in the loop's list of tasks; part of the task
+/// m_outer. Spawned tasks do without that word.
 struct branch_header : task_header {
     branch_header() noexcept { m_branch = true; }
     task_header* m_outer = nullptr;
