@@ -1,6 +1,7 @@
-// spindle-echo-bench: the example echo server on each backend, driven by
-// spindle's own load generator over loopback, in alternating pairs, so the
-// backends can be compared on a shared, noisy machine by ratios and medians.
+// spindle-echo-bench: the example echo server (or, with --mode http, the
+// example HTTP server) on each backend, driven by spindle's own load
+// generator over loopback, in alternating pairs, so the backends can be
+// compared on a shared, noisy machine by ratios and medians.
 //
 // The server runs as a child process pinned to one core, the load in this
 // process pinned to another: each side has a core of its own, and the
@@ -33,16 +34,21 @@ using namespace spindle::examples;
 
 namespace {
 
-// Both come from meson: the spindle-echo built with this program, and the
-// backends this build has (e.g. "epoll,io_uring").
+// These come from meson: the spindle-echo and spindle-http built with this
+// program, and the backends this build has (e.g. "epoll,io_uring").
 #ifndef SPINDLE_ECHO_SERVER
 #define SPINDLE_ECHO_SERVER "spindle-echo"
+#endif
+#ifndef SPINDLE_HTTP_SERVER
+#define SPINDLE_HTTP_SERVER "spindle-http"
 #endif
 #ifndef SPINDLE_BUILT_BACKENDS
 #define SPINDLE_BUILT_BACKENDS "epoll"
 #endif
 
 struct options {
+    /// echo: 64-byte messages echoed; http: pipelined GET / keep-alive requests.
+    load_mode mode = load_mode::echo;
     std::vector<std::string> backends;
     int connections = 100;
     std::size_t size = 64;
@@ -50,7 +56,8 @@ struct options {
     int duration_s = 3;
     int rounds = 3;
     bool syscalls = false;
-    std::string server = SPINDLE_ECHO_SERVER;
+    /// Empty: the spindle server of the mode.
+    std::string server;
     /// The server's --threads, each run in turn (several: compared by CPU per message).
     std::vector<int> threads{1};
     /// Instead of steady load: this many connections opened at once, each
@@ -69,11 +76,13 @@ struct variant {
 
 [[noreturn]] void usage(std::FILE* out, int status) {
     std::fprintf(out,
-                 "usage: spindle-echo-bench [--backends LIST] [--connections N] [--size BYTES] [--depth LIST]\n"
-                 "                          [--duration SECONDS] [--rounds N] [--syscalls] [--server PATH]\n"
-                 "                          [--threads LIST] [--churn N] [--idle N]\n"
+                 "usage: spindle-echo-bench [--mode echo|http] [--backends LIST] [--connections N] [--size BYTES]\n"
+                 "                          [--depth LIST] [--duration SECONDS] [--rounds N] [--syscalls]\n"
+                 "                          [--server PATH] [--threads LIST] [--churn N] [--idle N]\n"
                  "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
                  "byte verified) and compares the backends round by round.\n\n"
+                 "  --mode MODE        echo (default), or http: spindle-http answering GET / keep-alive requests,\n"
+                 "                     --depth of them pipelined on each connection (every response checked)\n"
                  "  --backends LIST    comma-separated (default: the backends built, %s)\n"
                  "  --connections N    concurrent connections, 1..10000 (default 100)\n"
                  "  --size BYTES       message size, 1..1048576 (default 64)\n"
@@ -81,7 +90,9 @@ struct variant {
                  "  --duration SECONDS each run, 1..600 (default 3)\n"
                  "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
                  "  --syscalls         count the server's system calls (perf, else strace)\n"
-                 "  --server PATH      the spindle-echo to run (default: the one built with this program)\n"
+                 "  --server PATH      the server to run (default: the spindle-echo or spindle-http built with this\n"
+                 "                     program); it must take --backend, --host and --port 0 and print\n"
+                 "                     \"NAME listening on HOST:PORT\" once it listens\n"
                  "  --churn N          instead: N connections opened at once, each doing 10 round trips and closing;\n"
                  "                     wall time and server CPU per connection, per backend (N: 1..20000)\n"
                  "  --idle N           instead: N connections opened, one round trip each, then held idle for 2 s;\n"
@@ -108,7 +119,14 @@ options parse(int argc, char** argv) {
         }
         if (i + 1 >= argc) usage(stderr, 2);
         const std::string_view value = argv[++i];
-        if (arg == "--backends") {
+        if (arg == "--mode") {
+            if (value == "echo")
+                o.mode = load_mode::echo;
+            else if (value == "http")
+                o.mode = load_mode::http;
+            else
+                usage(stderr, 2);
+        } else if (arg == "--backends") {
             o.backends = backend_list(echo_bench, value);
         } else if (arg == "--connections") {
             o.connections = static_cast<int>(number(echo_bench, value, 1, 10000));
@@ -135,6 +153,9 @@ options parse(int argc, char** argv) {
         }
     }
     if (o.backends.empty() || o.depths.empty() || o.threads.empty()) usage(stderr, 2);
+    // Churn and idle connections are echo's: one round trip of --size bytes.
+    if (o.mode == load_mode::http && (o.churn > 0 || o.idle > 0)) usage(stderr, 2);
+    if (o.server.empty()) o.server = o.mode == load_mode::http ? SPINDLE_HTTP_SERVER : SPINDLE_ECHO_SERVER;
     return o;
 }
 
@@ -326,7 +347,7 @@ run_result run_one(const options& o, const variant& v, int depth, int server_cpu
     if (!s) return r;
 
     load_options lo;
-    lo.mode = load_mode::echo;
+    lo.mode = o.mode;
     lo.target = net::address::ipv4_loopback(s->port);
     lo.connections = o.connections;
     lo.message_size = o.size;
@@ -584,8 +605,13 @@ int main(int argc, char** argv) {
             std::printf("system calls: cannot count them (neither perf nor strace is installed)\n");
         }
     }
-    std::printf("%d connections, %zu-byte messages, %d s per run, %d rounds, loopback, server %s\n\n", o.connections,
-                o.size, o.duration_s, o.rounds, o.server.c_str());
+    if (o.mode == load_mode::http)
+        std::printf("%d connections, HTTP/1.1 GET / keep-alive (a message: one request and its response), %d s per run, "
+                    "%d rounds, loopback, server %s\n\n",
+                    o.connections, o.duration_s, o.rounds, o.server.c_str());
+    else
+        std::printf("%d connections, %zu-byte messages, %d s per run, %d rounds, loopback, server %s\n\n", o.connections,
+                    o.size, o.duration_s, o.rounds, o.server.c_str());
     std::fflush(stdout);
 
     std::vector<variant> variants;

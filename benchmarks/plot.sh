@@ -1,12 +1,14 @@
 #!/bin/sh
 # Runs the runtime benchmarks on spindle and on the peers that are built
 # (asio-bench, uv-bench), a few rounds each, then the TCP echo servers
-# (spindle-echo on each backend built, asio-echo, uv-echo) under
-# spindle-echo-bench, and draws the medians beside each other as
-# docs/benchmarks.svg with gnuplot (Debian: gnuplot-nox).
+# (spindle-echo on each backend built, asio-echo, uv-echo) and the HTTP
+# servers (spindle-http on each backend built, asio-http, uv-http, and
+# nginx when it is installed) under spindle-echo-bench, and draws the
+# medians beside each other as docs/benchmarks.svg with gnuplot (Debian:
+# gnuplot-nox).
 #
 # Usage: benchmarks/plot.sh [build-dir] [rounds]      (defaults: build 3)
-# PLOT_NETWORK=0 leaves the echo servers out (runtime panels only).
+# PLOT_NETWORK=0 leaves the servers out (runtime panels only).
 # Figures are the medians of the rounds; the raw lines are kept next to the
 # plot as docs/benchmarks-data.txt. Run it on a quiet machine.
 set -eu
@@ -24,8 +26,10 @@ if [ "$network" = 1 ]; then
     echo_bench=$build/benchmarks/spindle-echo-bench
     # meson puts the example wherever docs/ builds it: look it up.
     echo_server=$(find "$build" -name spindle-echo -type f -perm -u+x | head -n 1)
-    [ -x "$echo_bench" ] || { echo "plot.sh: no $echo_bench (PLOT_NETWORK=0 to leave the echo servers out)" >&2; exit 1; }
-    [ -n "$echo_server" ] || { echo "plot.sh: no spindle-echo under $build (PLOT_NETWORK=0 to leave the echo servers out)" >&2; exit 1; }
+    http_server=$(find "$build" -name spindle-http -type f -perm -u+x | head -n 1)
+    [ -x "$echo_bench" ] || { echo "plot.sh: no $echo_bench (PLOT_NETWORK=0 to leave the servers out)" >&2; exit 1; }
+    [ -n "$echo_server" ] || { echo "plot.sh: no spindle-echo under $build (PLOT_NETWORK=0 to leave the servers out)" >&2; exit 1; }
+    [ -n "$http_server" ] || { echo "plot.sh: no spindle-http under $build (PLOT_NETWORK=0 to leave the servers out)" >&2; exit 1; }
     # The backends this build has, as its --help names them: io_uring (or
     # kqueue) may be missing.
     backends=$("$echo_bench" --help | sed -n 's/.*the backends built, \([a-z_,]*\)).*/\1/p')
@@ -49,7 +53,8 @@ for round in $(seq "$rounds"); do
 done
 
 # The echo servers: 100 connections of 64-byte messages, 1 and 16 in flight
-# on each, 2 s per run, over loopback. The bench starts each server on a
+# on each, 2 s per run, over loopback; the HTTP servers the same with GET /
+# requests, 16 in flight meaning 16 pipelined. The bench starts each server on a
 # free port, pinned to a core of its own, and stops it with SIGTERM after
 # the run; its load generator is spindle on epoll whatever the server.
 # Its server CPU per message is the server's whole life (user + system)
@@ -57,10 +62,10 @@ done
 # server that did not exit 0) is kept as ok=0 and left out of the medians.
 # Its lines are "round 1  depth 16  epoll  498913 msg/s ... cpu us/msg:
 # server 0.82, load 1.00": turned into key=value lines here.
-echo_run() {  # label-prefix server-path backend-list
-    "$echo_bench" --server "$2" --backends "$3" --connections 100 --size 64 --depth 1,16 --duration 2 --rounds 1 \
+echo_run() {  # label-prefix server-path backend-list mode
+    "$echo_bench" --mode "$4" --server "$2" --backends "$3" --connections 100 --size 64 --depth 1,16 --duration 2 --rounds 1 \
         > "$tmp/echo.out" || echo "plot.sh: spindle-echo-bench --server $2 exited with status $?" >&2
-    awk -v prefix="$1" '
+    awk -v prefix="$1" -v mode="$4" '
         $1 != "round" || $3 != "depth" { next }
         {
             ok = 1; rate = p50 = p99 = errors = server = load = ""
@@ -74,8 +79,8 @@ echo_run() {  # label-prefix server-path backend-list
                 else if ($i == "FAILED") ok = 0
             }
             if (!ok) print "plot.sh: echo run failed: " prefix ": " $0 > "/dev/stderr"
-            printf "%s echo_d%s server_cpu_us_per_msg=%s load_cpu_us_per_msg=%s msg_per_s=%s p50_us=%s p99_us=%s errors=%s connections=100 size=64 depth=%s ok=%d\n",
-                   prefix == "spindle" ? prefix "-" $5 : prefix, $4, server, load, rate, p50, p99, errors, $4, ok
+            printf "%s %s_d%s server_cpu_us_per_msg=%s load_cpu_us_per_msg=%s msg_per_s=%s p50_us=%s p99_us=%s errors=%s connections=100 size=64 depth=%s ok=%d\n",
+                   prefix == "spindle" ? prefix "-" $5 : prefix, mode, $4, server, load, rate, p50, p99, errors, $4, ok
         }' "$tmp/echo.out"
 }
 if [ "$network" = 1 ]; then
@@ -84,12 +89,20 @@ if [ "$network" = 1 ]; then
         # one round a call, the flip is done here.
         list=$backends
         [ $((round % 2)) = 1 ] || list=$(echo "$backends" | awk -F, '{ for (i = NF; i > 1; --i) printf "%s,", $i; print $1 }')
-        echo_run spindle "$echo_server" "$list" >> "$tmp/raw"
+        echo_run spindle "$echo_server" "$list" echo >> "$tmp/raw"
         for peer in asio uv; do
             [ -x "$build/benchmarks/$peer-echo" ] || continue
             # The peers take --backend and ignore it: they use epoll.
-            echo_run "$peer" "$build/benchmarks/$peer-echo" epoll >> "$tmp/raw"
+            echo_run "$peer" "$build/benchmarks/$peer-echo" epoll echo >> "$tmp/raw"
         done
+        echo_run spindle "$http_server" "$list" http >> "$tmp/raw"
+        for peer in asio uv; do
+            [ -x "$build/benchmarks/$peer-http" ] || continue
+            echo_run "$peer" "$build/benchmarks/$peer-http" epoll http >> "$tmp/raw"
+        done
+        if command -v nginx > /dev/null; then
+            echo_run nginx "$here/benchmarks/peers/nginx_http.sh" epoll http >> "$tmp/raw"
+        fi
     done
 fi
 cp "$tmp/raw" "$data"
@@ -112,7 +125,7 @@ awk -v dir="$tmp" '
     $2 == "spawn"          { keep("spawn", $1, field("ns_per_op")) }
     $2 == "yield"          { keep("yield", $1, field("ns_per_op")) }
     # In ns, as the other panels.
-    ($2 == "echo_d1" || $2 == "echo_d16") && field("ok") == 1 && (v = field("server_cpu_us_per_msg")) != "" { keep($2, $1, v * 1000) }
+    ($2 == "echo_d1" || $2 == "echo_d16" || $2 == "http_d1" || $2 == "http_d16") && field("ok") == 1 && (v = field("server_cpu_us_per_msg")) != "" { keep($2, $1, v * 1000) }
     function median(panel, runtime,   k, m, i, j, t, a) {
         m = n[panel, runtime]
         for (i = 1; i <= m; ++i) a[i] = val[panel, runtime, i] + 0
@@ -120,8 +133,8 @@ awk -v dir="$tmp" '
         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
     }
     END {
-        split("timers_fire timers_cancel sleeping_tasks spawn yield echo_d1 echo_d16", panels, " ")
-        for (p = 1; p <= 7; ++p) {
+        np = split("timers_fire timers_cancel sleeping_tasks spawn yield echo_d1 echo_d16 http_d1 http_d16", panels, " ")
+        for (p = 1; p <= np; ++p) {
             file = dir "/" panels[p] ".dat"
             printf "" > file
             m = split(order[panels[p]], runtimes, " ")
@@ -130,12 +143,12 @@ awk -v dir="$tmp" '
         }
     }' "$tmp/raw"
 
-# The runtime panels in a row; with the echo servers, a second row of two
-# wider panels below it.
-if [ "$network" = 1 ]; then height=720; else height=360; fi
+# The runtime panels in a row; with the servers, a second row of four
+# panels below it (echo, then HTTP).
+if [ "$network" = 1 ]; then height=760; else height=360; fi
 cat > "$tmp/plot.gp" << EOF
 net = $network
-set terminal svg size 1100,$height font "sans,11" background rgb "white"
+set terminal svg size 1300,$height font "sans,11" background rgb "white"
 set output "$svg"
 set multiplot title "spindle beside its peers (medians of $rounds rounds; lower is better)"
 set style fill solid 0.8 border -1
@@ -170,12 +183,19 @@ set title "yield\\n(ns per yield)"
 eval panel("$tmp/yield.dat")
 if (net) {
     top = 0
-    eval at(0, 0.5)
-    set title "TCP echo, 100 connections, 1 message in flight each\\n(server CPU ns per 64-byte message)"
+    set xtics rotate by -30
+    eval at(0, 0.25)
+    set title "TCP echo, 100 connections, 1 in flight\\n(server CPU ns per 64-byte message)"
     eval panel("$tmp/echo_d1.dat")
-    eval at(1, 0.5)
-    set title "TCP echo, 100 connections, 16 messages in flight each\\n(server CPU ns per 64-byte message)"
+    eval at(1, 0.25)
+    set title "TCP echo, 100 connections, 16 in flight\\n(server CPU ns per 64-byte message)"
     eval panel("$tmp/echo_d16.dat")
+    eval at(2, 0.25)
+    set title "HTTP GET keep-alive, 100 connections\\n(server CPU ns per request)"
+    eval panel("$tmp/http_d1.dat")
+    eval at(3, 0.25)
+    set title "HTTP, 16 pipelined per connection\\n(server CPU ns per request)"
+    eval panel("$tmp/http_d16.dat")
 }
 unset multiplot
 EOF
