@@ -97,15 +97,25 @@ public:
         return true;
     }
     // A completion handed the kernel's pick over to its operation.
-    void lent_by_kernel() noexcept { add_lent(1); }
+    void lent_by_kernel() noexcept {
+        --m_in_ring;
+        add_lent(1);
+    }
     // The kernel's pick for a completion that hands it to nobody: straight back.
-    void recycle(std::uint32_t id) noexcept { on_free(id); }
+    void recycle(std::uint32_t id) noexcept {
+        --m_in_ring;
+        on_free(id);
+    }
+    // Buffers in the ring for the kernel to pick, as the completions seen so
+    // far tell: a pick whose completion is not collected yet still counts.
+    std::uint32_t in_ring() const noexcept { return m_in_ring; }
 
 private:
     void on_free(std::uint32_t id) noexcept override {
         if (m_ring && id < m_entries) {
             ::io_uring_buf_ring_add(m_ring, address(id), static_cast<unsigned>(m_buffer_size), static_cast<unsigned short>(id), m_mask, 0);
             ::io_uring_buf_ring_advance(m_ring, 1);
+            ++m_in_ring;
         } else {
             m_free.push_back(id);
         }
@@ -113,6 +123,7 @@ private:
 
     ::io_uring_buf_ring* m_ring = nullptr;
     std::uint32_t m_entries = 0;
+    std::uint32_t m_in_ring = 0;
     int m_mask = 0;
 };
 
@@ -353,6 +364,7 @@ std::uint32_t io_uring_backend::allocate_slot(operation& op) {
     s.cancel_requested = false;
     s.awaiting_readiness = false;
     s.pooled_plain = false;
+    s.ring_was_dry = false;
     s.closed = false;
     return index;
 }
@@ -364,6 +376,7 @@ void io_uring_backend::release_slot(std::uint32_t index) noexcept {
     s.cancel_requested = false;
     s.awaiting_readiness = false;
     s.pooled_plain = false;
+    s.ring_was_dry = false;
     s.closed = false;
     // A completion still travelling under the old generation will not match.
     s.generation = next_generation(s.generation);
@@ -805,7 +818,7 @@ void io_uring_backend::note(const ::io_uring_cqe& cqe) noexcept {
 void io_uring_backend::dispatch() {
     // By index: a completion handler may (against the contract, but safely)
     // call forget(), which appends what it reaps while waiting.
-    m_dry_receives = m_ring_growths = 0;
+    m_dry_receives = m_ring_growths = m_ring_claims = 0;
     for (std::size_t i = 0; i < m_collected.size(); ++i) {
         const completion c = m_collected[i];
         const auto index = static_cast<std::uint32_t>(c.user_data);
@@ -845,6 +858,7 @@ void io_uring_backend::start_pooled(std::uint32_t index) noexcept {
     slot& s = m_slots[index];
     s.pooled_plain = !m_pool->has_ring();
     s.awaiting_readiness = s.pooled_plain;
+    s.ring_was_dry = false;
 }
 
 void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags) {
@@ -852,15 +866,25 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
     operation& op = *s.op;
     const bool cancelled = s.cancel_requested;
     if (s.awaiting_readiness) {
-        // Readable: receive into a buffer taken now, unless this poll has
-        // lent its batch already; then the next poll comes back to it first.
+        // Readable: receive, unless this poll has lent its batch already;
+        // then the next poll comes back to it first. The batch counts the
+        // receives sent back to the ring in this dispatch too.
         if (cancelled) return finish(index, -ECANCELED);
         if (res < 0) return finish(index, res);
-        if (m_pool->in_transit() + m_plain_in_kernel >= m_read_buffer_batch) {
+        if (m_pool->in_transit() + m_plain_in_kernel + m_ring_claims >= m_read_buffer_batch) {
             m_postponed.push_back({user_data_of(index), res, 0});
             return;
         }
         s.awaiting_readiness = false;
+        if (s.ring_was_dry && m_ring_claims < m_pool->in_ring()) {
+            ++m_ring_claims;
+            // Tasks gave buffers back into the ring since it ran dry for this
+            // receive: the kernel picks one of those, and the pool maps no
+            // other buffers for a burst that the ring can serve in turn.
+            s.pooled_plain = s.ring_was_dry = false;
+            if (!queue_request(index)) finish(index, -EIO);
+            return;
+        }
         if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
         ++m_plain_in_kernel;
         if (!queue_request(index)) {
@@ -902,7 +926,10 @@ void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std:
             plain = !m_pool->grow_ring();
             if (!plain) ++m_ring_growths;
         }
-        if (plain) s.pooled_plain = s.awaiting_readiness = true;
+        if (plain) {
+            s.pooled_plain = s.awaiting_readiness = true;
+            s.ring_was_dry = res == -ENOBUFS;
+        }
         if (!queue_request(index)) finish(index, -EIO);
         return;
     }

@@ -72,6 +72,9 @@ private:
         // or all lent): it waits for readiness, then receives into a buffer
         // taken from the pool (held in op.args.pooled.id while in the kernel).
         bool pooled_plain = false;
+        // It went the plain way because the ring was dry (not for an EAGAIN):
+        // once readable, it goes back to the ring if the ring has buffers again.
+        bool ring_was_dry = false;
         // m_issuer_epoch when the request was made.
         std::uint32_t issuer_epoch = 0;
     };
@@ -147,6 +150,10 @@ private:
     // ring grew by for them (one per chunk_buffers such receives).
     std::uint32_t m_dry_receives = 0;
     std::uint32_t m_ring_growths = 0;
+    // Receives of this dispatch sent back to the ring after it had run dry
+    // for them: no more than it holds, so none finds it dry again, and they
+    // count against the batch as the buffers they are about to be lent.
+    std::uint32_t m_ring_claims = 0;
     int m_completed = 0;
 };
 
