@@ -6,19 +6,11 @@
 // (--backend is accepted and ignored: Asio uses epoll on Linux), prints
 // "asio-echo listening on HOST:PORT", and exits 0 on SIGINT or SIGTERM.
 
-// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
-#include <utility>
-
-#include <boost/asio.hpp>
+#include "asio_server.hpp"
 
 #include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
-namespace asio = boost::asio;
-using asio::ip::tcp;
+using namespace peers;
 
 namespace {
 
@@ -34,38 +26,6 @@ asio::awaitable<void> echo(tcp::socket socket) {
     }
 }
 
-asio::awaitable<void> listen(tcp::acceptor& acceptor) {
-    for (;;) {
-        boost::system::error_code ec;
-        tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-        if (ec == asio::error::operation_aborted) co_return;
-        if (ec) continue;
-        asio::co_spawn(acceptor.get_executor(), echo(std::move(socket)), asio::detached);
-    }
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-    std::string host = "127.0.0.1";
-    unsigned short port = 7007;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--host") == 0)
-            host = argv[i + 1];
-        else if (std::strcmp(argv[i], "--port") == 0)
-            port = static_cast<unsigned short>(std::atoi(argv[i + 1]));
-        else if (std::strcmp(argv[i], "--backend") != 0) {
-            std::fprintf(stderr, "usage: asio-echo [--host ADDRESS] [--port N] [--backend IGNORED]\n");
-            return 2;
-        }
-    }
-    asio::io_context io(1);
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(host), port));
-    asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });
-    std::printf("asio-echo listening on %s:%u\n", host.c_str(), static_cast<unsigned>(acceptor.local_endpoint().port()));
-    std::fflush(stdout);
-    asio::co_spawn(io, listen(acceptor), asio::detached);
-    io.run();
-    return 0;
-}
+int main(int argc, char** argv) { return peers::server_main(argc, argv, "asio-echo", 7007, echo); }

@@ -3,28 +3,23 @@
 // spindle-echo-bench --mode http (--server). One io_context on one thread; a
 // coroutine per connection reads into its own 16 KiB buffer, answers every
 // complete request in it (pipelining: a request ends at its blank line; GET /
-// gets the same 95 bytes spindle-http sends, anything else 404 and the
-// connection closed) into one output buffer, and writes that once. A head
+// gets what spindle-http sends, 97 bytes with its longer Server name, and
+// anything else 404 and the connection closed) into one output buffer, and
+// writes that once. A head
 // over 16 KiB is refused (431). It parses less than spindle-http (nothing
 // beyond the blank line that ends a head), so it is the cheaper of the two by
 // construction. Takes the command line spindle-echo-bench gives a server
 // (--backend is accepted and ignored: Asio uses epoll on Linux), prints
 // "asio-http listening on HOST:PORT", and exits 0 on SIGINT or SIGTERM.
 
-// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
-#include <utility>
-
-#include <boost/asio.hpp>
+#include "asio_server.hpp"
 
 #include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 
-namespace asio = boost::asio;
-using asio::ip::tcp;
+using namespace peers;
 
 namespace {
 
@@ -74,38 +69,6 @@ asio::awaitable<void> serve(tcp::socket socket) {
     }
 }
 
-asio::awaitable<void> listen(tcp::acceptor& acceptor) {
-    for (;;) {
-        boost::system::error_code ec;
-        tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-        if (ec == asio::error::operation_aborted) co_return;
-        if (ec) continue;
-        asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);
-    }
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-    std::string host = "127.0.0.1";
-    unsigned short port = 8080;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--host") == 0)
-            host = argv[i + 1];
-        else if (std::strcmp(argv[i], "--port") == 0)
-            port = static_cast<unsigned short>(std::atoi(argv[i + 1]));
-        else if (std::strcmp(argv[i], "--backend") != 0) {
-            std::fprintf(stderr, "usage: asio-http [--host ADDRESS] [--port N] [--backend IGNORED]\n");
-            return 2;
-        }
-    }
-    asio::io_context io(1);
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(host), port));
-    asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code&, int) { io.stop(); });
-    std::printf("asio-http listening on %s:%u\n", host.c_str(), static_cast<unsigned>(acceptor.local_endpoint().port()));
-    std::fflush(stdout);
-    asio::co_spawn(io, listen(acceptor), asio::detached);
-    io.run();
-    return 0;
-}
+int main(int argc, char** argv) { return peers::server_main(argc, argv, "asio-http", 8080, serve); }

@@ -8,7 +8,7 @@
  * ignored: libuv uses epoll on Linux), prints "uv-echo listening on
  * HOST:PORT", and exits 0 on SIGINT or SIGTERM. */
 
-#include <uv.h>
+#include "uv_server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +21,6 @@ typedef struct {
     uv_write_t write;
     char buffer[buffer_size];
 } connection;
-
-static uv_tcp_t listener;
-static uv_signal_t sigint_watcher, sigterm_watcher;
 
 static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf);
 
@@ -78,55 +75,4 @@ static void on_connection(uv_stream_t* server, int status) {
     uv_read_start((uv_stream_t*)&c->tcp, on_alloc, on_read);
 }
 
-static void on_any_close(uv_handle_t* handle) {
-    if (handle->data && handle != (uv_handle_t*)&listener && handle != (uv_handle_t*)&sigint_watcher &&
-        handle != (uv_handle_t*)&sigterm_watcher)
-        free(handle->data);
-}
-
-static void close_each(uv_handle_t* handle, void* arg) {
-    (void)arg;
-    if (!uv_is_closing(handle)) uv_close(handle, on_any_close);
-}
-
-static void on_signal(uv_signal_t* watcher, int signum) {
-    (void)signum;
-    uv_walk(watcher->loop, close_each, NULL);
-}
-
-int main(int argc, char** argv) {
-    const char* host = "127.0.0.1";
-    int port = 7007;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--host") == 0)
-            host = argv[i + 1];
-        else if (strcmp(argv[i], "--port") == 0)
-            port = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--backend") != 0) {
-            fprintf(stderr, "usage: uv-echo [--host ADDRESS] [--port N] [--backend IGNORED]\n");
-            return 2;
-        }
-    }
-    uv_loop_t* loop = uv_default_loop();
-    struct sockaddr_in at;
-    if (uv_ip4_addr(host, port, &at) != 0) return 2;
-    uv_tcp_init(loop, &listener);
-    listener.data = NULL;
-    if (uv_tcp_bind(&listener, (const struct sockaddr*)&at, 0) != 0 || uv_listen((uv_stream_t*)&listener, 4096, on_connection) != 0) {
-        fprintf(stderr, "uv-echo: cannot listen on %s:%d\n", host, port);
-        return 1;
-    }
-    struct sockaddr_storage bound;
-    int len = sizeof bound;
-    uv_tcp_getsockname(&listener, (struct sockaddr*)&bound, &len);
-    uv_signal_init(loop, &sigint_watcher);
-    uv_signal_init(loop, &sigterm_watcher);
-    sigint_watcher.data = sigterm_watcher.data = NULL;
-    uv_signal_start(&sigint_watcher, on_signal, SIGINT);
-    uv_signal_start(&sigterm_watcher, on_signal, SIGTERM);
-    printf("uv-echo listening on %s:%d\n", host, ntohs(((struct sockaddr_in*)&bound)->sin_port));
-    fflush(stdout);
-    uv_run(loop, UV_RUN_DEFAULT);
-    uv_loop_close(loop);
-    return 0;
-}
+int main(int argc, char** argv) { return uv_server_main(argc, argv, "uv-echo", 7007, on_connection); }
