@@ -24,8 +24,6 @@ typedef struct {
 
 static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf);
 
-static void on_close(uv_handle_t* handle) { free(handle->data); }
-
 static void on_alloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf) {
     (void)suggested;
     connection* c = handle->data;
@@ -35,7 +33,7 @@ static void on_alloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf) {
 static void on_written(uv_write_t* req, int status) {
     connection* c = req->data;
     if (status < 0) {
-        uv_close((uv_handle_t*)&c->tcp, on_close);
+        uv_server_close((uv_stream_t*)&c->tcp);
         return;
     }
     uv_read_start((uv_stream_t*)&c->tcp, on_alloc, on_read);
@@ -44,7 +42,7 @@ static void on_written(uv_write_t* req, int status) {
 static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
     connection* c = stream->data;
     if (n < 0) {
-        uv_close((uv_handle_t*)stream, on_close);
+        uv_server_close(stream);
         return;
     }
     if (n == 0) return;
@@ -52,27 +50,20 @@ static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
     int sent = uv_try_write(stream, &out, 1);
     if (sent == n) return;
     if (sent < 0 && sent != UV_EAGAIN) {
-        uv_close((uv_handle_t*)stream, on_close);
+        uv_server_close(stream);
         return;
     }
     if (sent > 0) out = uv_buf_init(buf->base + sent, (unsigned)(n - sent));
     uv_read_stop(stream);
     c->write.data = c;
-    if (uv_write(&c->write, stream, &out, 1, on_written) != 0) uv_close((uv_handle_t*)stream, on_close);
+    if (uv_write(&c->write, stream, &out, 1, on_written) != 0) uv_server_close(stream);
 }
 
 static void on_connection(uv_stream_t* server, int status) {
     if (status < 0) return;
     connection* c = malloc(sizeof *c);
     if (!c) return;
-    uv_tcp_init(server->loop, &c->tcp);
-    c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t*)&c->tcp) != 0) {
-        uv_close((uv_handle_t*)&c->tcp, on_close);
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    uv_read_start((uv_stream_t*)&c->tcp, on_alloc, on_read);
+    uv_server_accept(server, &c->tcp, c, on_alloc, on_read);
 }
 
 int main(int argc, char** argv) { return uv_server_main(argc, argv, "uv-echo", 7007, on_connection); }

@@ -41,8 +41,6 @@ typedef struct {
 
 static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf);
 
-static void on_close(uv_handle_t* handle) { free(handle->data); }
-
 static void on_alloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf) {
     (void)suggested;
     connection* c = handle->data;
@@ -52,7 +50,7 @@ static void on_alloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf) {
 static void on_written(uv_write_t* req, int status) {
     connection* c = req->data;
     if (status < 0 || c->closing_after_write) {
-        uv_close((uv_handle_t*)&c->tcp, on_close);
+        uv_server_close((uv_stream_t*)&c->tcp);
         return;
     }
     uv_read_start((uv_stream_t*)&c->tcp, on_alloc, on_read);
@@ -72,7 +70,7 @@ static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
     (void)buf;
     connection* c = stream->data;
     if (n < 0) {
-        uv_close((uv_handle_t*)stream, on_close);
+        uv_server_close(stream);
         return;
     }
     if (n == 0) return;
@@ -107,7 +105,7 @@ static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
     int sent = uv_try_write(stream, &pending, 1);
     if (sent == (int)out && !close_after) return;
     if (sent == (int)out || (sent < 0 && sent != UV_EAGAIN)) {
-        uv_close((uv_handle_t*)stream, on_close);
+        uv_server_close(stream);
         return;
     }
     if (sent > 0) pending = uv_buf_init(c->output + sent, (unsigned)(out - (size_t)sent));
@@ -115,7 +113,7 @@ static void on_read(uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
     c->closing_after_write = close_after;
     c->write.data = c;
     if (uv_write(&c->write, stream, &pending, 1, on_written) != 0)
-        uv_close((uv_handle_t*)stream, on_close);
+        uv_server_close(stream);
 }
 
 static void on_connection(uv_stream_t* server, int status) {
@@ -124,14 +122,7 @@ static void on_connection(uv_stream_t* server, int status) {
     if (!c) return;
     c->buffered = 0;
     c->closing_after_write = 0;
-    uv_tcp_init(server->loop, &c->tcp);
-    c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t*)&c->tcp) != 0) {
-        uv_close((uv_handle_t*)&c->tcp, on_close);
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    uv_read_start((uv_stream_t*)&c->tcp, on_alloc, on_read);
+    uv_server_accept(server, &c->tcp, c, on_alloc, on_read);
 }
 
 int main(int argc, char** argv) { return uv_server_main(argc, argv, "uv-http", 8080, on_connection); }

@@ -23,6 +23,22 @@ static void on_signal(uv_signal_t* watcher, int signum) {
     uv_walk(watcher->loop, close_each, NULL);
 }
 
+static void free_data(uv_handle_t* handle) { free(handle->data); }
+
+void uv_server_close(uv_stream_t* stream) { uv_close((uv_handle_t*)stream, free_data); }
+
+int uv_server_accept(uv_stream_t* server, uv_tcp_t* tcp, void* data, uv_alloc_cb on_alloc, uv_read_cb on_read) {
+    uv_tcp_init(server->loop, tcp);
+    tcp->data = data;
+    if (uv_accept(server, (uv_stream_t*)tcp) != 0) {
+        uv_server_close((uv_stream_t*)tcp);
+        return 0;
+    }
+    uv_tcp_nodelay(tcp, 1);
+    uv_read_start((uv_stream_t*)tcp, on_alloc, on_read);
+    return 1;
+}
+
 int uv_server_main(int argc, char** argv, const char* name, int default_port, uv_connection_cb on_connection) {
     const char* host = "127.0.0.1";
     int port = default_port;
