@@ -85,7 +85,8 @@ struct batch_outcome {
 /// allocates nothing. On a stream that lends its reads' buffers (a socket),
 /// requests are parsed where they arrived and a connection holds a buffer of
 /// its own only once a request has come split across reads: one waiting for
-/// its next request holds none. With `linger`, a close asked for by `handle` half-closes
+/// its next request holds none, and one whose reply does not point into its
+/// input gives the read's buffer back before writing. With `linger`, a close asked for by `handle` half-closes
 /// and drains what the peer still sends (briefly) so the reply is not lost to
 /// a reset.
 template <net::byte_stream Stream, class Handle>
@@ -205,6 +206,32 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
                 got->reset();
             }
             const batch_outcome batch = handle(input);
+            // Keeps what the batch left unconsumed, for the next read to add to.
+            const auto keep_rest = [&] {
+                const std::size_t left = input.size() - batch.consumed;
+                if (left > 0 && used == 0) {
+                    if (capacity < left) {
+                        capacity = std::max(initial_size, left);
+                        kept.reset(new char[capacity]);
+                    }
+                    std::memcpy(kept.get(), input.data() + batch.consumed, left);
+                } else if (left > 0 && batch.consumed > 0) {
+                    std::memmove(kept.get(), kept.get() + batch.consumed, left);
+                }
+                used = left;
+            };
+            // A reply that does not point into the input lets the borrowed
+            // buffer go back before the write: a write that waits (on
+            // io_uring every write completes in a later tick) then holds no
+            // read buffer, and a burst of requests needs no buffers beyond
+            // those its reads are lent.
+            const bool reply_apart = std::less<>{}(batch.reply.data() + batch.reply.size(), input.data() + 1) ||
+                                     std::less<>{}(input.data() + input.size(), batch.reply.data() + 1);
+            const bool early = !batch.close && (batch.reply.empty() || reply_apart);
+            if (early) {
+                keep_rest();
+                got->reset();
+            }
             if (!batch.reply.empty()) {
                 if (result<void> w = co_await net::write_all(stream, batch.reply, stop); !w) co_return;
             }
@@ -216,17 +243,7 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
                 }
                 co_return;
             }
-            const std::size_t left = input.size() - batch.consumed;
-            if (left > 0 && used == 0) {
-                if (capacity < left) {
-                    capacity = std::max(initial_size, left);
-                    kept.reset(new char[capacity]);
-                }
-                std::memcpy(kept.get(), input.data() + batch.consumed, left);
-            } else if (left > 0 && batch.consumed > 0) {
-                std::memmove(kept.get(), kept.get() + batch.consumed, left);
-            }
-            used = left;
+            if (!early) keep_rest();
         }
     } else {
         std::unique_ptr<char[]> in(new char[initial_size]);
