@@ -177,6 +177,26 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
     co_return 0;
 }
 
+/// serve_batches on a stream that lends its reads' buffers: keeps what a
+/// batch left unconsumed of `input` in `kept` (`used` bytes of `capacity`),
+/// for the next read to add to. `input` is the borrowed buffer's bytes, or
+/// `kept` itself when `used` was not 0.
+inline void keep_unconsumed(std::string_view input, std::size_t consumed, std::unique_ptr<char[]>& kept,
+                            std::size_t& capacity, std::size_t& used) {
+    constexpr std::size_t initial_size = 16 * 1024;
+    const std::size_t left = input.size() - consumed;
+    if (left > 0 && used == 0) {
+        if (capacity < left) {
+            capacity = std::max(initial_size, left);
+            kept.reset(new char[capacity]);
+        }
+        std::memcpy(kept.get(), input.data() + consumed, left);
+    } else if (left > 0 && consumed > 0) {
+        std::memmove(kept.get(), kept.get() + consumed, left);
+    }
+    used = left;
+}
+
 template <net::byte_stream Stream, class Handle>
 task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bool linger) {
     constexpr std::size_t initial_size = 16 * 1024;
@@ -206,20 +226,6 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
                 got->reset();
             }
             const batch_outcome batch = handle(input);
-            // Keeps what the batch left unconsumed, for the next read to add to.
-            const auto keep_rest = [&] {
-                const std::size_t left = input.size() - batch.consumed;
-                if (left > 0 && used == 0) {
-                    if (capacity < left) {
-                        capacity = std::max(initial_size, left);
-                        kept.reset(new char[capacity]);
-                    }
-                    std::memcpy(kept.get(), input.data() + batch.consumed, left);
-                } else if (left > 0 && batch.consumed > 0) {
-                    std::memmove(kept.get(), kept.get() + batch.consumed, left);
-                }
-                used = left;
-            };
             // A reply that does not point into the input lets the borrowed
             // buffer go back before the write: a write that waits (on
             // io_uring every write completes in a later tick) then holds no
@@ -229,7 +235,7 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
                                      std::less<>{}(input.data() + input.size(), batch.reply.data() + 1);
             const bool early = !batch.close && (batch.reply.empty() || reply_apart);
             if (early) {
-                keep_rest();
+                keep_unconsumed(input, batch.consumed, kept, capacity, used);
                 got->reset();
             }
             if (!batch.reply.empty()) {
@@ -243,7 +249,7 @@ task<void> serve_batches(Stream& stream, std::stop_token stop, Handle handle, bo
                 }
                 co_return;
             }
-            if (!early) keep_rest();
+            if (!early) keep_unconsumed(input, batch.consumed, kept, capacity, used);
         }
     } else {
         std::unique_ptr<char[]> in(new char[initial_size]);
