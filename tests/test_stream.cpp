@@ -689,3 +689,58 @@ TEST_CASE("examples: serve_batches and its graceful close run over any byte_stre
     run_with_watchdog(l, service_main(with_goodbye, [](net::memory_stream s) { return goodbye_stream(std::move(s)); }));
     CHECK(with_goodbye == "ok hello\nok world\nok quit\nBYE\n");
 }
+
+namespace {
+
+/// Answers "big" with 8 MiB, more than loopback's socket buffers take: the
+/// write waits until the client reads.
+struct big_reply_protocol {
+    const std::string* big;
+    spindle::examples::batch_outcome operator()(std::string_view input) const {
+        spindle::examples::batch_outcome batch;
+        if (const std::size_t at = input.find('\n'); at != std::string_view::npos) {
+            batch.consumed = at + 1;
+            batch.reply = *big;
+        }
+        return batch;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("examples: serve_batches gives a read's borrowed buffer back before a reply that waits", "[stream][examples]") {
+    loop l;
+    auto bound = net::tcp_listener::bind(net::address::ipv4_loopback(0));
+    REQUIRE(bound.has_value());
+    net::tcp_listener listener = std::move(*bound);
+    const std::string big(8 << 20, 'x');
+    std::uint64_t lent_while_writing = 99;
+    std::size_t received = 0;
+    run_with_watchdog(l, [](net::tcp_listener& listener, const std::string& big, std::uint64_t& lent, std::size_t& received) -> task<void> {
+        result<net::address> to = listener.local_address();
+        REQUIRE(to.has_value());
+        result<net::tcp_stream> client = co_await net::tcp_stream::connect(*to);
+        REQUIRE(client.has_value());
+        result<net::tcp_stream> accepted = co_await listener.accept();
+        REQUIRE(accepted.has_value());
+        std::stop_source stop;
+        auto server = loop::current().spawn(
+            [](net::tcp_stream s, std::stop_token stop, const std::string& big) -> task<void> {
+                co_await spindle::examples::serve_batches(s, stop, big_reply_protocol{&big}, /*linger=*/false);
+            }(std::move(*accepted), stop.get_token(), big));
+        REQUIRE_OK(co_await client->write_all(bytes_of("big\n"), {}));
+        co_await spindle::sleep_for(50ms);  // the server read, and its write waits for us
+        lent = loop::current().metrics().read_buffers_lent;
+        std::array<std::byte, 65536> buf{};
+        while (received < big.size()) {
+            result<std::size_t> n = co_await client->read_some(buf, {});
+            REQUIRE(n.has_value());
+            REQUIRE(*n > 0);
+            received += *n;
+        }
+        client->close();
+        co_await server;
+    }(listener, big, lent_while_writing, received));
+    CHECK(received == big.size());
+    CHECK(lent_while_writing == 0);
+}
