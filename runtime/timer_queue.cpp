@@ -97,6 +97,12 @@ inline void timer_queue::put(const entry& e) {
 }
 
 void timer_queue::insert(timer_node& node, std::int64_t deadline, std::int64_t now) {
+    // An empty wheel starts again from now. Otherwise its first timers would
+    // sit at the level where they differ from a start long past (the top
+    // levels, for a loop's first timers), and a crowd armed together would
+    // be moved down through every level once, holding memory at each.
+    if (m_levels == 0 && now != no_deadline && now > 0 && static_cast<std::uint64_t>(now) > m_elapsed)
+        m_elapsed = static_cast<std::uint64_t>(now);
     std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
     if (key < m_elapsed) key = m_elapsed;  // already due: the wheel only moves forward
     std::uint32_t slack_log2 = 0;

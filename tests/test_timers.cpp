@@ -655,6 +655,43 @@ TEST_CASE("timer_queue: a crowd that passed through the slots of level 5 and abo
     CHECK(q.reserved_entries(0) >= std::size_t{n} / 4);  // the lower slots kept theirs
 }
 
+TEST_CASE("timer_queue: a crowd armed on an empty wheel is filed by its delay, not from a start long past", "[timers][queue]") {
+    // Armed at `now`, an empty wheel starts from now: 10,000 deadlines over
+    // the next second after 2^40 ns differ from it only below bit 30, so none
+    // goes above level 4, and none has to be moved down from level 6 (which
+    // is where they would go, counted from 0). They still fire in order.
+    struct recorded : timer_node {
+        int index = 0;
+        std::vector<int>* order = nullptr;
+    };
+    timer_queue q;
+    constexpr std::int64_t start = std::int64_t{1} << 40;
+    constexpr int n = 10'000;
+    std::vector<recorded> nodes(n);
+    std::vector<int> order;
+    std::mt19937_64 rng(7);
+    std::vector<std::int64_t> deadlines(n);
+    for (int i = 0; i < n; ++i) {
+        recorded& node = nodes[static_cast<std::size_t>(i)];
+        node.index = i;
+        node.order = &order;
+        node.m_fire = [](timer_node& t) noexcept {
+            auto& r = static_cast<recorded&>(t);
+            r.order->push_back(r.index);
+        };
+        deadlines[static_cast<std::size_t>(i)] = start + static_cast<std::int64_t>(rng() % 1'000'000'000);
+        q.insert(node, deadlines[static_cast<std::size_t>(i)], start);
+    }
+    // Level 5 and above keep only the wheel's first room, 4 entries a slot.
+    CHECK(q.reserved_entries(5) == std::size_t{6 * 64 * 4});
+    CHECK(q.fire_expired(start + 1'000'000'000) == std::size_t{n});
+    REQUIRE(order.size() == std::size_t{n});
+    for (std::size_t i = 1; i < order.size(); ++i) {
+        const auto a = static_cast<std::size_t>(order[i - 1]), b = static_cast<std::size_t>(order[i]);
+        REQUIRE((deadlines[a] < deadlines[b] || (deadlines[a] == deadlines[b] && a < b)));
+    }
+}
+
 TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "[timers][cancel]") {
     spindle::loop l;
     std::stop_source source;
@@ -671,6 +708,21 @@ TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "
     CHECK((l.timer_count() == 0));
     CHECK_FALSE(l.has_work());
 }
+
+// A frame holds a wait for as long as its task waits: a cancellable wait keeps
+// one word for its stop_token and, once parked, the callback registered on it;
+// a wait that cannot be cancelled keeps neither.
+namespace size_check {
+struct plain_wait : spindle::waiter {
+    void on_park() {}
+    void on_abandon() noexcept {}
+};
+struct cancellable_wait : plain_wait {
+    void on_cancel() noexcept {}
+};
+static_assert(sizeof(spindle::parked<plain_wait>) == sizeof(plain_wait));
+static_assert(sizeof(spindle::parked<cancellable_wait>) == sizeof(cancellable_wait) + sizeof(void*));
+}  // namespace size_check
 
 TEST_CASE("sleeps with a token that can stop allocate nothing once warm", "[timers][cancel][alloc]") {
     // Each parks with a stop callback registered: the callback's block comes

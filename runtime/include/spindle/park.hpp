@@ -126,6 +126,9 @@ private:
     detail::task_header* m_wait_task = nullptr;
     state m_wait_state = state::idle;
     bool m_wait_cancelled = false;
+    // parked<W> holds a stop callback, in the word its token had (in this
+    // class's padding: no room of its own).
+    bool m_wait_has_stop_callback = false;
 };
 
 namespace detail {
@@ -180,11 +183,14 @@ public:
     /// (ignored by a wait without on_cancel()).
     template <class... Args>
     explicit parked(std::stop_token token, Args&&... args)
-        : Wait(std::forward<Args>(args)...), m_token(std::move(token)) {}
+        : Wait(std::forward<Args>(args)...), m_stop(std::move(token)) {}
     parked(const parked&) = delete;
     parked& operator=(const parked&) = delete;
 
-    ~parked() { withdraw(); }
+    ~parked() {
+        withdraw();
+        if constexpr (cancellable) m_stop.token.~stop_token();
+    }
 
     /// Gives the wait up now, as the destruction of its frame would: parked,
     /// it is withdrawn (on_abandon); completed but not resumed, what the
@@ -210,7 +216,7 @@ public:
             // Every way of cancelling stops the next wait, even one that would
             // not have to wait (data already buffered, a value in a channel):
             // a cancelled task must not run on through ready operations.
-            if (m_token.stop_requested() || (!detail::forwards_cancel<Wait> && task_cancel_pending())) {
+            if (m_stop.token.stop_requested() || (!detail::forwards_cancel<Wait> && task_cancel_pending())) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;
@@ -244,7 +250,7 @@ public:
         // so running out of memory leaves the wait unstarted.
         void* stop_memory = nullptr;
         if constexpr (cancellable)
-            if (m_token.stop_possible()) stop_memory = detail::frame_pool::allocate(sizeof(stop_callback));
+            if (m_stop.token.stop_possible()) stop_memory = detail::frame_pool::allocate(sizeof(stop_callback));
         this->m_wait_state = state::parking;
         try {
             Wait::on_park();
@@ -265,7 +271,14 @@ public:
         detail::mark_parked(t, &info, this);
         if constexpr (cancellable) {
             // Registering may run on_cancel at once, if a stop is already requested.
-            if (stop_memory) m_stop = ::new (stop_memory) stop_callback(m_token, fire{this});
+            if (stop_memory) {
+                stop_callback* callback = ::new (stop_memory) stop_callback(m_stop.token, fire{this});
+                // The callback holds the stop state itself: the token is not
+                // needed any more, and its word holds the callback.
+                m_stop.token.~stop_token();
+                m_stop.callback = callback;
+                this->m_wait_has_stop_callback = true;
+            }
             if (this->m_wait_state == state::parked && t.cancel_pending()) {
                 Wait::on_cancel();
                 t.note_cancel_reached();
@@ -314,7 +327,6 @@ private:
         parked* self;
         void operator()() const noexcept { (void)self->cancel(); }
     };
-    struct no_callback {};
 
     static bool cancel_thunk(void* p) noexcept { return static_cast<parked*>(p)->cancel(); }
     static void describe_thunk(const void* p, std::string& out) {
@@ -328,16 +340,29 @@ private:
     using stop_callback = std::stop_callback<fire>;
     void drop_stop_callback() noexcept {
         if constexpr (cancellable) {
-            if (!m_stop) return;
-            m_stop->~stop_callback();
-            detail::frame_pool::deallocate(m_stop, sizeof(stop_callback));
-            m_stop = nullptr;
+            if (!this->m_wait_has_stop_callback) return;
+            stop_callback* callback = m_stop.callback;
+            callback->~stop_callback();
+            detail::frame_pool::deallocate(callback, sizeof(stop_callback));
+            ::new (&m_stop.token) std::stop_token();  // the word is a (spent) token again
+            this->m_wait_has_stop_callback = false;
         }
     }
 
-    std::stop_token m_token;
-    // While parked with a token that can stop.
-    [[no_unique_address]] std::conditional_t<cancellable, stop_callback*, no_callback> m_stop{};
+    // A frame holds a wait for as long as its task waits: one word for the
+    // token until the wait parks, then for the callback registered on it
+    // (while the waiter says it has one). A wait that cannot be cancelled
+    // keeps neither.
+    union stop_word {
+        explicit stop_word(std::stop_token t) noexcept : token(std::move(t)) {}
+        ~stop_word() {}
+        std::stop_token token;
+        stop_callback* callback;
+    };
+    struct no_stop_word {
+        explicit no_stop_word(std::stop_token) noexcept {}
+    };
+    [[no_unique_address]] std::conditional_t<cancellable, stop_word, no_stop_word> m_stop;
 };
 
 }  // namespace spindle
