@@ -85,8 +85,13 @@ std::uint32_t timer_queue::take_slot(timer_node& node) {
 }
 
 inline void timer_queue::put(const entry& e) {
-    const int level = level_of(e.key, m_elapsed);
-    const std::size_t index = index_of(e.key, level);
+    // A timer already due (earlier than m_elapsed) goes to the level-0 slot
+    // of m_elapsed, the next one taken out, with its own deadline: that slot
+    // is sorted by (deadline, sequence) as it is taken out, so timers armed
+    // late still fire in deadline order.
+    const std::uint64_t at = e.key < m_elapsed ? m_elapsed : e.key;
+    const int level = level_of(at, m_elapsed);
+    const std::size_t index = index_of(at, level);
     wheel_slot& s = slot_at(level, index);
     s.items.push_back(e);
     if (e.key < s.min) s.min = e.key;
@@ -103,8 +108,7 @@ void timer_queue::insert(timer_node& node, std::int64_t deadline, std::int64_t n
     // be moved down through every level once, holding memory at each.
     if (m_levels == 0 && now != no_deadline && now > 0 && static_cast<std::uint64_t>(now) > m_elapsed)
         m_elapsed = static_cast<std::uint64_t>(now);
-    std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
-    if (key < m_elapsed) key = m_elapsed;  // already due: the wheel only moves forward
+    const std::uint64_t key = deadline < 0 ? 0 : static_cast<std::uint64_t>(deadline);
     std::uint32_t slack_log2 = 0;
     if (m_scaled_slack && now < deadline && now >= 0) {
         const std::uint64_t allowed = (static_cast<std::uint64_t>(deadline) - static_cast<std::uint64_t>(now)) >> scaled_slack_shift;
@@ -202,8 +206,9 @@ void timer_queue::collect_due(std::int64_t now) {
         if (end <= t) {
             // Due as a whole, and earlier than everything left: sorting it is
             // cheaper than moving its entries down level by level. (A slot of
-            // level 0 holds one deadline: entries that came down from
-            // different slots may be out of sequence order.)
+            // level 0 holds one deadline, and timers armed after theirs had
+            // passed: entries that came down from different slots may be out
+            // of sequence order.)
             const std::size_t first = m_due.size();
             m_due.insert(m_due.end(), s.items.begin(), s.items.end());
             empty_slot(s, level);

@@ -5,13 +5,16 @@
 // arrays: 11 levels of 64 slots, level L's slots each spanning 64^L ns, so
 // 1 ns at level 0 and the whole int64 range at the top. A timer sits at the
 // level of the highest 6-bit group in which its deadline differs from
-// `m_elapsed`, the start of the last slot taken out; so every timer of a level
-// is earlier than every timer of the levels above, and slots of a level are in
-// deadline order. Arming appends a 16-byte entry to one slot (O(1), no
-// comparison with other timers). Taking timers out visits only occupied slots
-// (found by bit scans): a due slot of level 0 holds one deadline and goes to
-// the due run as it is (sorted by sequence when it has several); a due slot
-// above moves its entries down a level or more. An entry moves at most once
+// `m_elapsed`, the start of the last slot taken out (or, once the wheel ran
+// empty, the time it was armed again); so every timer of a level is earlier
+// than every timer of the levels above, and slots of a level are in deadline
+// order. A timer already due when armed goes to the level-0 slot of
+// `m_elapsed`, the next one taken out. Arming appends a 16-byte entry to one
+// slot (O(1), no comparison with other timers). Taking timers out visits only
+// occupied slots (found by bit scans): a due slot of level 0 holds one
+// deadline, and those armed late, and goes to the due run as it is (sorted
+// by deadline and sequence when it has several); a due slot above moves its
+// entries down a level or more. An entry moves at most once
 // per level, always by sequential reads and appends.
 //
 // The due run is then fired in order with its slots and timers prefetched a
@@ -53,7 +56,8 @@ public:
 
     /// Arms `node` (which must not be armed) to fire at `deadline` (ns, steady
     /// clock), armed at `now` (which sets its slack; by default it has only the
-    /// grid's). A deadline earlier than one already taken out counts as that one.
+    /// grid's). A deadline already passed fires at the next call, in
+    /// (deadline, insertion) order with the others due then.
     void insert(timer_node& node, std::int64_t deadline, std::int64_t now = no_deadline);
 
     /// Disarms `node`; it will not fire. No-op when not armed.
@@ -141,7 +145,10 @@ private:
     std::unique_ptr<wheel_slot[]> m_wheel;
     std::array<std::uint64_t, level_count> m_occupied{};  // bit i: slot i of the level has entries
     std::uint32_t m_levels = 0;                           // bit L: level L has entries
-    std::uint64_t m_elapsed = 0;  // no entry is earlier; only moves forward
+    // The start of the last slot taken out, or the time the wheel was last
+    // armed while empty; only entries already due when armed are earlier.
+    // Only moves forward.
+    std::uint64_t m_elapsed = 0;
     std::uint64_t m_grid = 0;     // wake-up grid step, ns
     bool m_scaled_slack = false;
     std::vector<entry> m_due;     // taken out by fire_expired, fired in order

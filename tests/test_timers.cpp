@@ -709,6 +709,43 @@ TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "
     CHECK_FALSE(l.has_work());
 }
 
+TEST_CASE("timer_queue: timers armed after their deadlines passed fire in deadline order", "[timers][queue]") {
+    // On an empty wheel (which starts again from `now`) and on one that has
+    // taken slots out already: deadlines behind the wheel still order the
+    // due run, then insertion among equal ones.
+    struct recorded : timer_node {
+        int index = 0;
+        std::vector<int>* order = nullptr;
+    };
+    timer_queue q;
+    std::vector<int> order;
+    std::vector<recorded> nodes(8);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        nodes[i].index = static_cast<int>(i);
+        nodes[i].order = &order;
+        nodes[i].m_fire = [](timer_node& t) noexcept {
+            auto& r = static_cast<recorded&>(t);
+            r.order->push_back(r.index);
+        };
+    }
+    constexpr std::int64_t now = std::int64_t{1} << 40;
+    q.insert(nodes[0], now - 10, now);
+    q.insert(nodes[1], now - 30, now);
+    q.insert(nodes[2], now + 5, now);
+    q.insert(nodes[3], now - 20, now);
+    q.insert(nodes[4], now - 30, now);
+    CHECK(q.next_deadline() == now - 30);
+    CHECK(q.fire_expired(now + 5) == 5);
+    CHECK(order == std::vector<int>{1, 4, 3, 0, 2});
+    // The wheel has taken slots out up to now + 5; these are all behind it.
+    order.clear();
+    q.insert(nodes[5], now + 1, now + 100);  // not empty any more after this one
+    q.insert(nodes[6], now - 1000, now + 100);
+    q.insert(nodes[7], now + 3, now + 100);
+    CHECK(q.fire_expired(now + 100) == 3);
+    CHECK(order == std::vector<int>{6, 5, 7});
+}
+
 // A frame holds a wait for as long as its task waits: a cancellable wait keeps
 // one word for its stop_token and, once parked, the callback registered on it;
 // a wait that cannot be cancelled keeps neither.
