@@ -55,6 +55,7 @@
 /// sender and receiver is used there. Another thread sends through
 /// loop::post.
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/intrusive_list.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/park.hpp>
@@ -303,7 +304,7 @@ public:
     /// `co_await rx.receive(token)` → broadcast_result<T>: the next value,
     /// receiver_lagged, channel_closed once closed and read to the end, or
     /// operation_canceled. Waits while there is nothing new.
-    [[nodiscard]] detail::broadcast_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
+    [[nodiscard]] detail::broadcast_receive_awaiter<T> receive(const std::stop_token& token = detail::no_stop) noexcept;
 
     /// The same without waiting: std::errc::operation_would_block when there
     /// is nothing new.
@@ -427,7 +428,7 @@ private:
 }  // namespace detail
 
 template <class T>
-detail::broadcast_receive_awaiter<T> broadcast_receiver<T>::receive(std::stop_token token) noexcept {
+detail::broadcast_receive_awaiter<T> broadcast_receiver<T>::receive(const std::stop_token& token) noexcept {
     return detail::broadcast_receive_awaiter<T>(std::move(token), *this);
 }
 

@@ -29,6 +29,7 @@
 ///
 /// loop::post stays the way in for threads outside the group (at(i).post()).
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/cross_loop.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
@@ -127,7 +128,7 @@ private:
 /// group (this loop too) and gives its outcome, see above.
 /// `co_await submit_to(j, [key] { return store.get(key); })`.
 template <class F>
-[[nodiscard]] auto submit_to(std::size_t target, F fn, std::stop_token token = {}) {
+[[nodiscard]] auto submit_to(std::size_t target, F fn, const std::stop_token& token = detail::no_stop) {
     return parked<detail::call_wait<std::decay_t<F>>>(std::move(token), detail::link_to(target), std::move(fn));
 }
 

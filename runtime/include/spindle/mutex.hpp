@@ -18,6 +18,7 @@
 /// completes every wait that has not resumed with operation_canceled. A guard
 /// must not outlive its mutex.
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/intrusive_list.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -95,7 +96,7 @@ public:
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
     /// `co_await m.lock(token)` → result<guard>.
-    [[nodiscard]] parked<detail::mutex_wait> lock(std::stop_token token = {}) noexcept;
+    [[nodiscard]] parked<detail::mutex_wait> lock(const std::stop_token& token = detail::no_stop) noexcept;
 
 private:
     friend class detail::mutex_wait;
@@ -176,7 +177,7 @@ inline void mutex::unlock() noexcept {
         }
     }
 
-inline parked<detail::mutex_wait> mutex::lock(std::stop_token token) noexcept {
+inline parked<detail::mutex_wait> mutex::lock(const std::stop_token& token) noexcept {
     return parked<detail::mutex_wait>(std::move(token), *this);
 }
 

@@ -16,6 +16,7 @@
 /// back: the signal is kept again, so it is not lost. (When other tasks woke
 /// for the same delivery too, the next wait for it returns at once.)
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/intrusive_list.hpp>
 #include <spindle/detail/queued_wait.hpp>
@@ -185,7 +186,7 @@ using signal_set_awaiter = parked<signal_set_wait>;
 }  // namespace detail
 
 /// Resumes the task when `signo` arrives (see the file comment for the rules).
-[[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, std::stop_token token = {}) {
+[[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, const std::stop_token& token = detail::no_stop) {
     return detail::signal_awaiter(std::move(token), signo);
 }
 
@@ -193,7 +194,7 @@ using signal_set_awaiter = parked<signal_set_wait>;
 /// one that did (the lowest-numbered when several were kept), or
 /// operation_canceled. `wait_signal({SIGINT, SIGTERM}, token)`. An empty set
 /// is a std::invalid_argument.
-[[nodiscard]] inline detail::signal_set_awaiter wait_signal(signal_set signals, std::stop_token token = {}) {
+[[nodiscard]] inline detail::signal_set_awaiter wait_signal(signal_set signals, const std::stop_token& token = detail::no_stop) {
     if (signals.empty()) throw std::invalid_argument("spindle: wait_signal of no signal");
     return detail::signal_set_awaiter(std::move(token), signals);
 }

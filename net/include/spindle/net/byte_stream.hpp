@@ -61,6 +61,7 @@
 /// write may be in flight at the same time (a reader task and a writer task);
 /// two reads, or two writes, at once have no defined order.
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/borrowed_buffer.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/result.hpp>
@@ -111,7 +112,7 @@ concept reads_borrowed = byte_stream<S> && requires(S& s, std::stop_token token)
 /// it is an operation (awaited, with the token) or completes at once (then
 /// this never suspends and the token is not needed).
 template <byte_stream S>
-[[nodiscard]] auto shutdown_write(S& s, std::stop_token token = {}) {
+[[nodiscard]] auto shutdown_write(S& s, const std::stop_token& token = spindle::detail::no_stop) {
     if constexpr (detail::shuts_down_by_operation<S>)
         return s.shutdown_write(std::move(token));
     else

@@ -28,6 +28,7 @@
 /// peer is broken_pipe (or connection_reset), never a SIGPIPE. A cancelled
 /// or failed gather write may have written some of its pieces.
 
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/net/detail/gather.hpp>
@@ -161,7 +162,7 @@ private:
 /// Writes all of `bytes` (text or bytes), across partial writes: the stream's
 /// own write_all, without spelling std::as_bytes.
 template <byte_stream S>
-[[nodiscard]] auto write_all(S& stream, const_buffer bytes, std::stop_token token = {}) {
+[[nodiscard]] auto write_all(S& stream, const_buffer bytes, const std::stop_token& token = spindle::detail::no_stop) {
     return stream.write_all(bytes.bytes(), std::move(token));
 }
 
