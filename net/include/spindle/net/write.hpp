@@ -169,7 +169,8 @@ template <byte_stream S>
 /// Writes the pieces in braces, in order, as one gather write:
 /// `write_all(s, {head, body})`.
 template <byte_stream S>
-[[nodiscard]] task<result<void>> write_all(S& stream, const gather_list& pieces, std::stop_token token = {}) {
+[[nodiscard]] task<result<void>> write_all(S& stream, const gather_list& pieces,
+                                           const std::stop_token& token = spindle::detail::no_stop) {
     detail::iovec_window window{};
     const std::span<const ::iovec> given = pieces.iovecs();
     std::copy(given.begin(), given.end(), window.begin());
@@ -182,7 +183,7 @@ template <byte_stream S>
 /// order, as one gather write.
 template <byte_stream S, class R>
     requires detail::piece_range<R>
-[[nodiscard]] task<result<void>> write_all(S& stream, const R& pieces, std::stop_token token = {}) {
+[[nodiscard]] task<result<void>> write_all(S& stream, const R& pieces, const std::stop_token& token = spindle::detail::no_stop) {
     return detail::write_pieces(stream, detail::iovec_window{}, 0, std::ranges::begin(pieces), std::ranges::end(pieces),
                                 std::move(token));
 }

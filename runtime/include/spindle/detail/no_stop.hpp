@@ -11,6 +11,6 @@ namespace spindle::detail {
 /// the task waits (8 bytes of every frame that waits without a token).
 /// Only for functions that copy the token into what they return: a
 /// coroutine's parameter must stay a value.
-inline const std::stop_token no_stop{};
+inline constinit const std::stop_token no_stop{};  // no start-up order to care about
 
 }  // namespace spindle::detail
