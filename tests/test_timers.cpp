@@ -655,30 +655,35 @@ TEST_CASE("timer_queue: a crowd that passed through the slots of level 5 and abo
     CHECK(q.reserved_entries(0) >= std::size_t{n} / 4);  // the lower slots kept theirs
 }
 
+/// A timer that, fired, appends its index to a list: the order the queue fired in.
+struct recorded_timer : timer_node {
+    int index = 0;
+    std::vector<int>* order = nullptr;
+    void record_into(std::vector<int>& out, int i) {
+        index = i;
+        order = &out;
+        m_fire = [](timer_node& t) noexcept {
+            auto& r = static_cast<recorded_timer&>(t);
+            r.order->push_back(r.index);
+        };
+    }
+};
+
 TEST_CASE("timer_queue: a crowd armed on an empty wheel is filed by its delay, not from a start long past", "[timers][queue]") {
     // Armed at `now`, an empty wheel starts from now: 10,000 deadlines over
     // the next second after 2^40 ns differ from it only below bit 30, so none
     // goes above level 4, and none has to be moved down from level 6 (which
     // is where they would go, counted from 0). They still fire in order.
-    struct recorded : timer_node {
-        int index = 0;
-        std::vector<int>* order = nullptr;
-    };
     timer_queue q;
     constexpr std::int64_t start = std::int64_t{1} << 40;
     constexpr int n = 10'000;
-    std::vector<recorded> nodes(n);
+    std::vector<recorded_timer> nodes(n);
     std::vector<int> order;
     std::mt19937_64 rng(7);
     std::vector<std::int64_t> deadlines(n);
     for (int i = 0; i < n; ++i) {
-        recorded& node = nodes[static_cast<std::size_t>(i)];
-        node.index = i;
-        node.order = &order;
-        node.m_fire = [](timer_node& t) noexcept {
-            auto& r = static_cast<recorded&>(t);
-            r.order->push_back(r.index);
-        };
+        recorded_timer& node = nodes[static_cast<std::size_t>(i)];
+        node.record_into(order, i);
         deadlines[static_cast<std::size_t>(i)] = start + static_cast<std::int64_t>(rng() % 1'000'000'000);
         q.insert(node, deadlines[static_cast<std::size_t>(i)], start);
     }
@@ -690,6 +695,32 @@ TEST_CASE("timer_queue: a crowd armed on an empty wheel is filed by its delay, n
         const auto a = static_cast<std::size_t>(order[i - 1]), b = static_cast<std::size_t>(order[i]);
         REQUIRE((deadlines[a] < deadlines[b] || (deadlines[a] == deadlines[b] && a < b)));
     }
+}
+
+TEST_CASE("timer_queue: timers armed after their deadlines passed fire in deadline order", "[timers][queue]") {
+    // On an empty wheel (which starts again from `now`) and on one that has
+    // taken slots out already: deadlines behind the wheel still order the
+    // due run, then insertion among equal ones.
+    timer_queue q;
+    std::vector<int> order;
+    std::vector<recorded_timer> nodes(8);
+    for (std::size_t i = 0; i < nodes.size(); ++i) nodes[i].record_into(order, static_cast<int>(i));
+    constexpr std::int64_t now = std::int64_t{1} << 40;
+    q.insert(nodes[0], now - 10, now);
+    q.insert(nodes[1], now - 30, now);
+    q.insert(nodes[2], now + 5, now);
+    q.insert(nodes[3], now - 20, now);
+    q.insert(nodes[4], now - 30, now);
+    CHECK(q.next_deadline() == now - 30);
+    CHECK(q.fire_expired(now + 5) == 5);
+    CHECK(order == std::vector<int>{1, 4, 3, 0, 2});
+    // The wheel has taken slots out up to now + 5; these are all behind it.
+    order.clear();
+    q.insert(nodes[5], now + 1, now + 100);  // not empty any more after this one
+    q.insert(nodes[6], now - 1000, now + 100);
+    q.insert(nodes[7], now + 3, now + 100);
+    CHECK(q.fire_expired(now + 100) == 3);
+    CHECK(order == std::vector<int>{6, 5, 7});
 }
 
 TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "[timers][cancel]") {
@@ -707,43 +738,6 @@ TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "
     // The withdrawn sleep left no timer to keep the loop alive.
     CHECK((l.timer_count() == 0));
     CHECK_FALSE(l.has_work());
-}
-
-TEST_CASE("timer_queue: timers armed after their deadlines passed fire in deadline order", "[timers][queue]") {
-    // On an empty wheel (which starts again from `now`) and on one that has
-    // taken slots out already: deadlines behind the wheel still order the
-    // due run, then insertion among equal ones.
-    struct recorded : timer_node {
-        int index = 0;
-        std::vector<int>* order = nullptr;
-    };
-    timer_queue q;
-    std::vector<int> order;
-    std::vector<recorded> nodes(8);
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        nodes[i].index = static_cast<int>(i);
-        nodes[i].order = &order;
-        nodes[i].m_fire = [](timer_node& t) noexcept {
-            auto& r = static_cast<recorded&>(t);
-            r.order->push_back(r.index);
-        };
-    }
-    constexpr std::int64_t now = std::int64_t{1} << 40;
-    q.insert(nodes[0], now - 10, now);
-    q.insert(nodes[1], now - 30, now);
-    q.insert(nodes[2], now + 5, now);
-    q.insert(nodes[3], now - 20, now);
-    q.insert(nodes[4], now - 30, now);
-    CHECK(q.next_deadline() == now - 30);
-    CHECK(q.fire_expired(now + 5) == 5);
-    CHECK(order == std::vector<int>{1, 4, 3, 0, 2});
-    // The wheel has taken slots out up to now + 5; these are all behind it.
-    order.clear();
-    q.insert(nodes[5], now + 1, now + 100);  // not empty any more after this one
-    q.insert(nodes[6], now - 1000, now + 100);
-    q.insert(nodes[7], now + 3, now + 100);
-    CHECK(q.fire_expired(now + 100) == 3);
-    CHECK(order == std::vector<int>{6, 5, 7});
 }
 
 // A frame holds a wait for as long as its task waits: a cancellable wait keeps

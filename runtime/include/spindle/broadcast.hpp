@@ -55,8 +55,8 @@
 /// sender and receiver is used there. Another thread sends through
 /// loop::post.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -429,7 +429,7 @@ private:
 
 template <class T>
 detail::broadcast_receive_awaiter<T> broadcast_receiver<T>::receive(const std::stop_token& token) noexcept {
-    return detail::broadcast_receive_awaiter<T>(std::move(token), *this);
+    return detail::broadcast_receive_awaiter<T>(token, *this);
 }
 
 template <class T>

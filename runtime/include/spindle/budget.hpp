@@ -8,8 +8,8 @@
 /// operations are always ready cannot hold the loop, the same on every
 /// backend. yield() still gives the loop back at once.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/engine.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/park.hpp>
 
@@ -39,7 +39,7 @@ public:
 /// none is left. Gives operation_canceled once the task (or `token`) is
 /// cancelled, like any operation.
 [[nodiscard]] inline parked<detail::budget_wait> consume_budget(const std::stop_token& token = detail::no_stop) {
-    return parked<detail::budget_wait>(std::move(token));
+    return parked<detail::budget_wait>(token);
 }
 
 /// While it lives, the operations of the task that made it spend no budget:

@@ -50,12 +50,12 @@
 /// receive() and try_receive() return result<T>, which needs T to be default
 /// constructible.
 
-#include <spindle/detail/no_stop.hpp>
-#include <spindle/park.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/loop.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
 #include <algorithm>
@@ -542,19 +542,19 @@ public:
 
 template <class T>
 detail::channel_send_awaiter<T> channel<T>::send(T&& value, const std::stop_token& token) noexcept {
-    return detail::channel_send_awaiter<T>(std::move(token), *this, std::addressof(value), false);
+    return detail::channel_send_awaiter<T>(token, *this, std::addressof(value), false);
 }
 
 template <class T>
 detail::channel_send_awaiter<T> channel<T>::send(const T& value, const std::stop_token& token) noexcept
     requires std::is_copy_constructible_v<T>
 {
-    return detail::channel_send_awaiter<T>(std::move(token), *this, const_cast<T*>(std::addressof(value)), true);
+    return detail::channel_send_awaiter<T>(token, *this, const_cast<T*>(std::addressof(value)), true);
 }
 
 template <class T>
 detail::channel_receive_awaiter<T> channel<T>::receive(const std::stop_token& token) noexcept {
-    return detail::channel_receive_awaiter<T>(std::move(token), *this);
+    return detail::channel_receive_awaiter<T>(token, *this);
 }
 
 }  // namespace spindle

@@ -18,8 +18,8 @@
 /// completes every wait that has not resumed with operation_canceled. A guard
 /// must not outlive its mutex.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -178,7 +178,7 @@ inline void mutex::unlock() noexcept {
     }
 
 inline parked<detail::mutex_wait> mutex::lock(const std::stop_token& token) noexcept {
-    return parked<detail::mutex_wait>(std::move(token), *this);
+    return parked<detail::mutex_wait>(token, *this);
 }
 
 }  // namespace spindle

@@ -18,8 +18,8 @@
 /// Destroying the semaphore completes every wait that has not resumed with
 /// operation_canceled.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -167,7 +167,7 @@ inline void semaphore::grant() noexcept {
     }
 
 inline parked<detail::semaphore_wait> semaphore::acquire(std::size_t n, const std::stop_token& token) noexcept {
-    return parked<detail::semaphore_wait>(std::move(token), *this, n);
+    return parked<detail::semaphore_wait>(token, *this, n);
 }
 
 }  // namespace spindle

@@ -16,9 +16,9 @@
 /// back: the signal is kept again, so it is not lost. (When other tasks woke
 /// for the same delivery too, the next wait for it returns at once.)
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/intrusive_list.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -187,7 +187,7 @@ using signal_set_awaiter = parked<signal_set_wait>;
 
 /// Resumes the task when `signo` arrives (see the file comment for the rules).
 [[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, const std::stop_token& token = detail::no_stop) {
-    return detail::signal_awaiter(std::move(token), signo);
+    return detail::signal_awaiter(token, signo);
 }
 
 /// Resumes the task when any signal of `signals` arrives: result<int> is the
@@ -196,7 +196,7 @@ using signal_set_awaiter = parked<signal_set_wait>;
 /// is a std::invalid_argument.
 [[nodiscard]] inline detail::signal_set_awaiter wait_signal(signal_set signals, const std::stop_token& token = detail::no_stop) {
     if (signals.empty()) throw std::invalid_argument("spindle: wait_signal of no signal");
-    return detail::signal_set_awaiter(std::move(token), signals);
+    return detail::signal_set_awaiter(token, signals);
 }
 
 }  // namespace spindle

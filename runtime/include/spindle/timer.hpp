@@ -7,8 +7,8 @@
 /// or more behind, the missed ticks are skipped, not replayed in a burst, and
 /// their number is reported (timer::missed, interval's tick result).
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/engine.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/timer_node.hpp>
 #include <spindle/sleep.hpp>
 
@@ -136,7 +136,7 @@ public:
     };
 
     /// The first tick completes at `first`.
-    [[nodiscard]] awaiter tick(const std::stop_token& token = detail::no_stop) { return awaiter(*this, std::move(token)); }
+    [[nodiscard]] awaiter tick(const std::stop_token& token = detail::no_stop) { return awaiter(*this, token); }
     clock::duration period() const noexcept { return std::chrono::nanoseconds(m_period); }
 
 private:

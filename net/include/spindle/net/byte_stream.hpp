@@ -61,8 +61,8 @@
 /// write may be in flight at the same time (a reader task and a writer task);
 /// two reads, or two writes, at once have no defined order.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/borrowed_buffer.hpp>
+#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/result.hpp>
 
@@ -114,7 +114,7 @@ concept reads_borrowed = byte_stream<S> && requires(S& s, std::stop_token token)
 template <byte_stream S>
 [[nodiscard]] auto shutdown_write(S& s, const std::stop_token& token = spindle::detail::no_stop) {
     if constexpr (detail::shuts_down_by_operation<S>)
-        return s.shutdown_write(std::move(token));
+        return s.shutdown_write(token);
     else
         return detail::ready_awaiter<result<void>>{s.shutdown_write()};
 }

@@ -32,18 +32,18 @@ public:
 
     [[nodiscard]] detail::send_msg_awaiter send_to(std::span<const std::byte> datagram, const address& to,
                                                    const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, &to);
+        return detail::send_msg_awaiter(token, fd_for_io(), datagram, &to);
     }
     /// Receives one datagram into `buf` and its sender into `from`.
     [[nodiscard]] detail::recv_msg_awaiter recv_from(std::span<std::byte> buf, address& from, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, &from);
+        return detail::recv_msg_awaiter(token, fd_for_io(), buf, &from);
     }
     /// On a connected socket.
     [[nodiscard]] detail::send_msg_awaiter send(std::span<const std::byte> datagram, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, nullptr);
+        return detail::send_msg_awaiter(token, fd_for_io(), datagram, nullptr);
     }
     [[nodiscard]] detail::recv_msg_awaiter recv(std::span<std::byte> buf, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, nullptr);
+        return detail::recv_msg_awaiter(token, fd_for_io(), buf, nullptr);
     }
 
 private:

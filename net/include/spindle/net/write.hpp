@@ -163,7 +163,7 @@ private:
 /// own write_all, without spelling std::as_bytes.
 template <byte_stream S>
 [[nodiscard]] auto write_all(S& stream, const_buffer bytes, const std::stop_token& token = spindle::detail::no_stop) {
-    return stream.write_all(bytes.bytes(), std::move(token));
+    return stream.write_all(bytes.bytes(), token);
 }
 
 /// Writes the pieces in braces, in order, as one gather write:
@@ -175,7 +175,7 @@ template <byte_stream S>
     const std::span<const ::iovec> given = pieces.iovecs();
     std::copy(given.begin(), given.end(), window.begin());
     const const_buffer* none = nullptr;
-    return detail::write_pieces(stream, window, given.size(), none, none, std::move(token));
+    return detail::write_pieces(stream, window, given.size(), none, none, token);
 }
 
 /// Writes every piece of a range (a std::span<const std::string_view>, a
@@ -185,7 +185,7 @@ template <byte_stream S, class R>
     requires detail::piece_range<R>
 [[nodiscard]] task<result<void>> write_all(S& stream, const R& pieces, const std::stop_token& token = spindle::detail::no_stop) {
     return detail::write_pieces(stream, detail::iovec_window{}, 0, std::ranges::begin(pieces), std::ranges::end(pieces),
-                                std::move(token));
+                                token);
 }
 
 }  // namespace spindle::net
