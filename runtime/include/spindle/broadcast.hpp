@@ -56,7 +56,6 @@
 /// loop::post.
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -304,7 +303,7 @@ public:
     /// `co_await rx.receive(token)` → broadcast_result<T>: the next value,
     /// receiver_lagged, channel_closed once closed and read to the end, or
     /// operation_canceled. Waits while there is nothing new.
-    [[nodiscard]] detail::broadcast_receive_awaiter<T> receive(const std::stop_token& token = detail::no_stop) noexcept;
+    [[nodiscard]] detail::broadcast_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
 
     /// The same without waiting: std::errc::operation_would_block when there
     /// is nothing new.
@@ -428,8 +427,8 @@ private:
 }  // namespace detail
 
 template <class T>
-detail::broadcast_receive_awaiter<T> broadcast_receiver<T>::receive(const std::stop_token& token) noexcept {
-    return detail::broadcast_receive_awaiter<T>(token, *this);
+detail::broadcast_receive_awaiter<T> broadcast_receiver<T>::receive(std::stop_token token) noexcept {
+    return detail::broadcast_receive_awaiter<T>(std::move(token), *this);
 }
 
 template <class T>

@@ -9,7 +9,6 @@
 /// backend. yield() still gives the loop back at once.
 
 #include <spindle/detail/engine.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/park.hpp>
 
@@ -38,8 +37,8 @@ public:
 /// spends one unit of the budget, going to the back of the ready queue when
 /// none is left. Gives operation_canceled once the task (or `token`) is
 /// cancelled, like any operation.
-[[nodiscard]] inline parked<detail::budget_wait> consume_budget(const std::stop_token& token = detail::no_stop) {
-    return parked<detail::budget_wait>(token);
+[[nodiscard]] inline parked<detail::budget_wait> consume_budget(std::stop_token token = {}) {
+    return parked<detail::budget_wait>(std::move(token));
 }
 
 /// While it lives, the operations of the task that made it spend no budget:

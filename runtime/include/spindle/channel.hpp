@@ -50,12 +50,11 @@
 /// receive() and try_receive() return result<T>, which needs T to be default
 /// constructible.
 
+#include <spindle/park.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/loop.hpp>
-#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
 #include <algorithm>
@@ -227,12 +226,12 @@ public:
     /// delivered or buffered, spindle::errc::channel_closed, or
     /// operation_canceled (timed_out under with_timeout). On an error `v` is
     /// untouched.
-    [[nodiscard]] detail::channel_send_awaiter<T> send(T&& value, const std::stop_token& token = detail::no_stop) noexcept;
+    [[nodiscard]] detail::channel_send_awaiter<T> send(T&& value, std::stop_token token = {}) noexcept;
     /// Copies `value` when it is delivered.
-    [[nodiscard]] detail::channel_send_awaiter<T> send(const T& value, const std::stop_token& token = detail::no_stop) noexcept
+    [[nodiscard]] detail::channel_send_awaiter<T> send(const T& value, std::stop_token token = {}) noexcept
         requires std::is_copy_constructible_v<T>;
     /// `co_await ch.receive(token)` → result<T>.
-    [[nodiscard]] detail::channel_receive_awaiter<T> receive(const std::stop_token& token = detail::no_stop) noexcept;
+    [[nodiscard]] detail::channel_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
 
     /// Sends without waiting: empty, channel_closed, or
     /// std::errc::operation_would_block when a bounded channel is full (or
@@ -541,20 +540,20 @@ public:
 }  // namespace detail
 
 template <class T>
-detail::channel_send_awaiter<T> channel<T>::send(T&& value, const std::stop_token& token) noexcept {
-    return detail::channel_send_awaiter<T>(token, *this, std::addressof(value), false);
+detail::channel_send_awaiter<T> channel<T>::send(T&& value, std::stop_token token) noexcept {
+    return detail::channel_send_awaiter<T>(std::move(token), *this, std::addressof(value), false);
 }
 
 template <class T>
-detail::channel_send_awaiter<T> channel<T>::send(const T& value, const std::stop_token& token) noexcept
+detail::channel_send_awaiter<T> channel<T>::send(const T& value, std::stop_token token) noexcept
     requires std::is_copy_constructible_v<T>
 {
-    return detail::channel_send_awaiter<T>(token, *this, const_cast<T*>(std::addressof(value)), true);
+    return detail::channel_send_awaiter<T>(std::move(token), *this, const_cast<T*>(std::addressof(value)), true);
 }
 
 template <class T>
-detail::channel_receive_awaiter<T> channel<T>::receive(const std::stop_token& token) noexcept {
-    return detail::channel_receive_awaiter<T>(token, *this);
+detail::channel_receive_awaiter<T> channel<T>::receive(std::stop_token token) noexcept {
+    return detail::channel_receive_awaiter<T>(std::move(token), *this);
 }
 
 }  // namespace spindle

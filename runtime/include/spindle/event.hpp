@@ -8,7 +8,6 @@
 /// allocates nothing: the waiter lives in the awaiting frame.
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -59,8 +58,8 @@ public:
 
     /// `co_await ev.wait(token)`: an empty std::error_code once the flag is set,
     /// or operation_canceled (timed_out under with_timeout).
-    [[nodiscard]] detail::event_awaiter wait(const std::stop_token& token = detail::no_stop) noexcept {
-        return detail::event_awaiter(token, *this);
+    [[nodiscard]] detail::event_awaiter wait(std::stop_token token = {}) noexcept {
+        return detail::event_awaiter(std::move(token), *this);
     }
 
 private:

@@ -17,7 +17,6 @@
 #include <spindle/borrowed_buffer.hpp>
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/io_op.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/readiness.hpp>
 #include <spindle/result.hpp>
@@ -131,27 +130,27 @@ inline io_request poll_request(int fd, std::uint32_t events, bool persistent = f
 }  // namespace detail
 
 /// Reads at most buf.size() bytes; 0 means end of file.
-[[nodiscard]] inline detail::io_awaiter<std::size_t> read(int fd, std::span<std::byte> buf, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<std::size_t>(token, detail::buffer_request(fd, detail::io_code::read, buf.data(), buf.size()));
+[[nodiscard]] inline detail::io_awaiter<std::size_t> read(int fd, std::span<std::byte> buf, std::stop_token token = {}) {
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::buffer_request(fd, detail::io_code::read, buf.data(), buf.size()));
 }
 
 /// Writes at most buf.size() bytes (a partial write is possible).
-[[nodiscard]] inline detail::io_awaiter<std::size_t> write(int fd, std::span<const std::byte> buf, const std::stop_token& token = detail::no_stop) {
+[[nodiscard]] inline detail::io_awaiter<std::size_t> write(int fd, std::span<const std::byte> buf, std::stop_token token = {}) {
     return detail::io_awaiter<std::size_t>(
-        token, detail::buffer_request(fd, detail::io_code::write, const_cast<std::byte*>(buf.data()), buf.size()));
+        std::move(token), detail::buffer_request(fd, detail::io_code::write, const_cast<std::byte*>(buf.data()), buf.size()));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> readv(int fd, std::span<const ::iovec> iov, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<std::size_t>(token, detail::vector_request(fd, detail::io_code::readv, iov));
+[[nodiscard]] inline detail::io_awaiter<std::size_t> readv(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::readv, iov));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> writev(int fd, std::span<const ::iovec> iov, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<std::size_t>(token, detail::vector_request(fd, detail::io_code::writev, iov));
+[[nodiscard]] inline detail::io_awaiter<std::size_t> writev(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::writev, iov));
 }
 
 /// recv(2); `flags` as for recv.
-[[nodiscard]] inline detail::io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<std::size_t>(token,
+[[nodiscard]] inline detail::io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0, std::stop_token token = {}) {
+    return detail::io_awaiter<std::size_t>(std::move(token),
                                            detail::buffer_request(fd, detail::io_code::recv, buf.data(), buf.size(), flags));
 }
 
@@ -159,54 +158,54 @@ inline io_request poll_request(int fd, std::uint32_t events, bool persistent = f
 /// borrowed_buffer.hpp): the buffer holds at least one byte, at most
 /// loop_options::read_buffer_size; an empty one means end of stream. A
 /// receive waiting for data holds no buffer. `flags` as for recv.
-[[nodiscard]] inline parked<detail::borrowed_read_wait> recv_borrowed(int fd, int flags = 0, const std::stop_token& token = detail::no_stop) {
-    return parked<detail::borrowed_read_wait>(token,
+[[nodiscard]] inline parked<detail::borrowed_read_wait> recv_borrowed(int fd, int flags = 0, std::stop_token token = {}) {
+    return parked<detail::borrowed_read_wait>(std::move(token),
                                               detail::buffer_request(fd, detail::io_code::recv_pooled, nullptr, 0, flags));
 }
 
 /// send(2); never raises SIGPIPE (MSG_NOSIGNAL is always added).
-[[nodiscard]] inline detail::io_awaiter<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0, const std::stop_token& token = detail::no_stop) {
+[[nodiscard]] inline detail::io_awaiter<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0, std::stop_token token = {}) {
     return detail::io_awaiter<std::size_t>(
-        token, detail::buffer_request(fd, detail::io_code::send, const_cast<std::byte*>(buf.data()), buf.size(), flags));
+        std::move(token), detail::buffer_request(fd, detail::io_code::send, const_cast<std::byte*>(buf.data()), buf.size(), flags));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> recvmsg(int fd, ::msghdr& msg, int flags = 0, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<std::size_t>(token, detail::message_request(fd, detail::io_code::recvmsg, &msg, flags));
+[[nodiscard]] inline detail::io_awaiter<std::size_t> recvmsg(int fd, ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
+    return detail::io_awaiter<std::size_t>(std::move(token), detail::message_request(fd, detail::io_code::recvmsg, &msg, flags));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> sendmsg(int fd, const ::msghdr& msg, int flags = 0, const std::stop_token& token = detail::no_stop) {
+[[nodiscard]] inline detail::io_awaiter<std::size_t> sendmsg(int fd, const ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
     return detail::io_awaiter<std::size_t>(
-        token, detail::message_request(fd, detail::io_code::sendmsg, const_cast<::msghdr*>(&msg), flags));
+        std::move(token), detail::message_request(fd, detail::io_code::sendmsg, const_cast<::msghdr*>(&msg), flags));
 }
 
 /// Accepts a connection; the new descriptor is non-blocking and close-on-exec.
 /// If the awaiting task is destroyed after the accept completed but before it
 /// resumed, the new descriptor is closed: it never leaks.
 [[nodiscard]] inline detail::io_awaiter<int> accept(int fd, ::sockaddr* addr = nullptr, ::socklen_t* len = nullptr,
-                                                    const std::stop_token& token = detail::no_stop) {
+                                                    std::stop_token token = {}) {
     detail::io_request r;
     r.fd = fd;
     r.code = detail::io_code::accept;
     r.args.accept = {addr, len};
-    return detail::io_awaiter<int>(token, r);
+    return detail::io_awaiter<int>(std::move(token), r);
 }
 
 /// Connects a non-blocking socket. Completes with 0, or with the socket's own
 /// error (SO_ERROR), e.g. connection_refused, never a later EPIPE.
-[[nodiscard]] inline detail::io_awaiter<int> connect(int fd, const ::sockaddr* addr, ::socklen_t len, const std::stop_token& token = detail::no_stop) {
+[[nodiscard]] inline detail::io_awaiter<int> connect(int fd, const ::sockaddr* addr, ::socklen_t len, std::stop_token token = {}) {
     detail::io_request r;
     r.fd = fd;
     r.code = detail::io_code::connect;
     r.args.connect = {addr, len};
-    return detail::io_awaiter<int>(token, r);
+    return detail::io_awaiter<int>(std::move(token), r);
 }
 
 /// One-shot readiness waits; complete with the readiness flags seen.
-[[nodiscard]] inline detail::io_awaiter<int> wait_readable(int fd, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<int>(token, detail::poll_request(fd, readable));
+[[nodiscard]] inline detail::io_awaiter<int> wait_readable(int fd, std::stop_token token = {}) {
+    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, readable));
 }
-[[nodiscard]] inline detail::io_awaiter<int> wait_writable(int fd, const std::stop_token& token = detail::no_stop) {
-    return detail::io_awaiter<int>(token, detail::poll_request(fd, writable));
+[[nodiscard]] inline detail::io_awaiter<int> wait_writable(int fd, std::stop_token token = {}) {
+    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, writable));
 }
 
 /// Owns a descriptor; closing it through its loop completes any operation still

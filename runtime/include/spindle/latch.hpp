@@ -14,7 +14,6 @@
 /// latch completes the waits still pending with operation_canceled.
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -92,7 +91,7 @@ public:
     std::size_t count() const noexcept { return m_count.count(); }
 
     /// `co_await wg.wait(token)` → std::error_code.
-    [[nodiscard]] detail::zero_awaiter wait(const std::stop_token& token = detail::no_stop) noexcept { return detail::zero_awaiter(token, m_count); }
+    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:
     detail::zero_count m_count{0};
@@ -108,7 +107,7 @@ public:
     std::size_t count() const noexcept { return m_count.count(); }
 
     /// `co_await l.wait(token)` → std::error_code.
-    [[nodiscard]] detail::zero_awaiter wait(const std::stop_token& token = detail::no_stop) noexcept { return detail::zero_awaiter(token, m_count); }
+    [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:
     detail::zero_count m_count;

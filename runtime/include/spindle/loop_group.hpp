@@ -30,7 +30,6 @@
 /// loop::post stays the way in for threads outside the group (at(i).post()).
 
 #include <spindle/detail/cross_loop.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/task.hpp>
@@ -128,8 +127,8 @@ private:
 /// group (this loop too) and gives its outcome, see above.
 /// `co_await submit_to(j, [key] { return store.get(key); })`.
 template <class F>
-[[nodiscard]] auto submit_to(std::size_t target, F fn, const std::stop_token& token = detail::no_stop) {
-    return parked<detail::call_wait<std::decay_t<F>>>(token, detail::link_to(target), std::move(fn));
+[[nodiscard]] auto submit_to(std::size_t target, F fn, std::stop_token token = {}) {
+    return parked<detail::call_wait<std::decay_t<F>>>(std::move(token), detail::link_to(target), std::move(fn));
 }
 
 namespace detail {

@@ -19,7 +19,6 @@
 /// must not outlive its mutex.
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -96,7 +95,7 @@ public:
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
     /// `co_await m.lock(token)` → result<guard>.
-    [[nodiscard]] parked<detail::mutex_wait> lock(const std::stop_token& token = detail::no_stop) noexcept;
+    [[nodiscard]] parked<detail::mutex_wait> lock(std::stop_token token = {}) noexcept;
 
 private:
     friend class detail::mutex_wait;
@@ -177,8 +176,8 @@ inline void mutex::unlock() noexcept {
         }
     }
 
-inline parked<detail::mutex_wait> mutex::lock(const std::stop_token& token) noexcept {
-    return parked<detail::mutex_wait>(token, *this);
+inline parked<detail::mutex_wait> mutex::lock(std::stop_token token) noexcept {
+    return parked<detail::mutex_wait>(std::move(token), *this);
 }
 
 }  // namespace spindle

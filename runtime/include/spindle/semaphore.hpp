@@ -19,7 +19,6 @@
 /// operation_canceled.
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
 
@@ -66,7 +65,7 @@ public:
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
     /// `co_await s.acquire(n, token)` → std::error_code. acquire(0) completes at once.
-    [[nodiscard]] parked<detail::semaphore_wait> acquire(std::size_t n = 1, const std::stop_token& token = detail::no_stop) noexcept;
+    [[nodiscard]] parked<detail::semaphore_wait> acquire(std::size_t n = 1, std::stop_token token = {}) noexcept;
 
 private:
     friend class detail::semaphore_wait;
@@ -166,8 +165,8 @@ inline void semaphore::grant() noexcept {
         }
     }
 
-inline parked<detail::semaphore_wait> semaphore::acquire(std::size_t n, const std::stop_token& token) noexcept {
-    return parked<detail::semaphore_wait>(token, *this, n);
+inline parked<detail::semaphore_wait> semaphore::acquire(std::size_t n, std::stop_token token) noexcept {
+    return parked<detail::semaphore_wait>(std::move(token), *this, n);
 }
 
 }  // namespace spindle

@@ -18,7 +18,6 @@
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/queued_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -186,17 +185,17 @@ using signal_set_awaiter = parked<signal_set_wait>;
 }  // namespace detail
 
 /// Resumes the task when `signo` arrives (see the file comment for the rules).
-[[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, const std::stop_token& token = detail::no_stop) {
-    return detail::signal_awaiter(token, signo);
+[[nodiscard]] inline detail::signal_awaiter wait_signal(int signo, std::stop_token token = {}) {
+    return detail::signal_awaiter(std::move(token), signo);
 }
 
 /// Resumes the task when any signal of `signals` arrives: result<int> is the
 /// one that did (the lowest-numbered when several were kept), or
 /// operation_canceled. `wait_signal({SIGINT, SIGTERM}, token)`. An empty set
 /// is a std::invalid_argument.
-[[nodiscard]] inline detail::signal_set_awaiter wait_signal(signal_set signals, const std::stop_token& token = detail::no_stop) {
+[[nodiscard]] inline detail::signal_set_awaiter wait_signal(signal_set signals, std::stop_token token = {}) {
     if (signals.empty()) throw std::invalid_argument("spindle: wait_signal of no signal");
-    return detail::signal_set_awaiter(token, signals);
+    return detail::signal_set_awaiter(std::move(token), signals);
 }
 
 }  // namespace spindle

@@ -3,7 +3,6 @@
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/timer_node.hpp>
 #include <spindle/park.hpp>
 
@@ -98,24 +97,29 @@ std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) noexcept {
 
 }  // namespace detail
 
-// The time is taken by reference and the token defaults to a named one:
-// g++ keeps the temporaries of a co_await expression (a copy of the
-// duration, a `= {}` token) in the awaiting frame for as long as the task
-// sleeps, 16 bytes of every sleeping frame.
+// Each comes in two overloads, without and with a token, and takes its time by
+// reference: GCC keeps the temporaries of a co_await's expression (a default
+// argument's token, a copy of the duration) in the awaiting frame for as long
+// as the task sleeps, 16 bytes of every sleeping frame.
 
 /// Resumes the task once `d` has passed (steady clock). Returns an empty
 /// error_code, or operation_canceled if `token` was stopped first.
 template <class Rep, class Period>
-[[nodiscard]] detail::sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d,
-                                              const std::stop_token& token = detail::no_stop) {
-    return detail::sleep_awaiter(token, detail::deadline_after(d));
+[[nodiscard]] detail::sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d, std::stop_token token) {
+    return detail::sleep_awaiter(std::move(token), detail::deadline_after(d));
+}
+template <class Rep, class Period>
+[[nodiscard]] detail::sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d) {
+    return detail::sleep_awaiter(std::stop_token{}, detail::deadline_after(d));
 }
 
 /// Resumes the task at `t` (a deadline in the past fires in the next timer
 /// phase); operation_canceled if `token` was stopped first.
-[[nodiscard]] inline detail::sleep_awaiter sleep_until(const clock::time_point& t,
-                                                       const std::stop_token& token = detail::no_stop) {
-    return detail::sleep_awaiter(token, detail::to_ns(t));
+[[nodiscard]] inline detail::sleep_awaiter sleep_until(const clock::time_point& t, std::stop_token token) {
+    return detail::sleep_awaiter(std::move(token), detail::to_ns(t));
+}
+[[nodiscard]] inline detail::sleep_awaiter sleep_until(const clock::time_point& t) {
+    return detail::sleep_awaiter(std::stop_token{}, detail::to_ns(t));
 }
 
 /// Lets every other ready task run once before this one goes on.

@@ -8,7 +8,6 @@
 /// their number is reported (timer::missed, interval's tick result).
 
 #include <spindle/detail/engine.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/detail/timer_node.hpp>
 #include <spindle/sleep.hpp>
 
@@ -136,7 +135,7 @@ public:
     };
 
     /// The first tick completes at `first`.
-    [[nodiscard]] awaiter tick(const std::stop_token& token = detail::no_stop) { return awaiter(*this, token); }
+    [[nodiscard]] awaiter tick(std::stop_token token = {}) { return awaiter(*this, std::move(token)); }
     clock::duration period() const noexcept { return std::chrono::nanoseconds(m_period); }
 
 private:

@@ -62,7 +62,6 @@
 /// two reads, or two writes, at once have no defined order.
 
 #include <spindle/borrowed_buffer.hpp>
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/result.hpp>
 
@@ -112,9 +111,9 @@ concept reads_borrowed = byte_stream<S> && requires(S& s, std::stop_token token)
 /// it is an operation (awaited, with the token) or completes at once (then
 /// this never suspends and the token is not needed).
 template <byte_stream S>
-[[nodiscard]] auto shutdown_write(S& s, const std::stop_token& token = spindle::detail::no_stop) {
+[[nodiscard]] auto shutdown_write(S& s, std::stop_token token = {}) {
     if constexpr (detail::shuts_down_by_operation<S>)
-        return s.shutdown_write(token);
+        return s.shutdown_write(std::move(token));
     else
         return detail::ready_awaiter<result<void>>{s.shutdown_write()};
 }

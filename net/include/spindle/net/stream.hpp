@@ -8,7 +8,6 @@
 /// A stream_socket (so tcp_stream and unix_stream) is a byte_stream
 /// (byte_stream.hpp): its shutdown_write completes at once.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/detail/msg_awaiter.hpp>
 #include <spindle/net/socket.hpp>
@@ -24,28 +23,28 @@ public:
     using socket_base::socket_base;
 
     /// Reads at most buf.size() bytes: the count, 0 at end of stream.
-    [[nodiscard]] auto read_some(std::span<std::byte> buf, const std::stop_token& token = spindle::detail::no_stop) {
+    [[nodiscard]] auto read_some(std::span<std::byte> buf, std::stop_token token = {}) {
         namespace sd = spindle::detail;
-        return sd::io_awaiter<std::size_t>(token,
+        return sd::io_awaiter<std::size_t>(std::move(token),
                                            sd::on_stream(sd::buffer_request(fd_for_io(), sd::io_code::recv, buf.data(), buf.size())));
     }
     /// Reads into a buffer the loop lends once data has arrived
     /// (borrowed_buffer.hpp): at least one byte, empty at end of stream. While
     /// it waits, the connection holds no read buffer.
-    [[nodiscard]] auto read_borrowed(const std::stop_token& token = spindle::detail::no_stop) {
+    [[nodiscard]] auto read_borrowed(std::stop_token token = {}) {
         namespace sd = spindle::detail;
-        return parked<sd::borrowed_read_wait>(token,
+        return parked<sd::borrowed_read_wait>(std::move(token),
                                               sd::on_stream(sd::buffer_request(fd_for_io(), sd::io_code::recv_pooled, nullptr, 0)));
     }
     /// Writes at most buf.size() bytes (a partial write is possible).
-    [[nodiscard]] auto write_some(std::span<const std::byte> buf, const std::stop_token& token = spindle::detail::no_stop) {
-        return spindle::send(fd_for_io(), buf, 0, token);
+    [[nodiscard]] auto write_some(std::span<const std::byte> buf, std::stop_token token = {}) {
+        return spindle::send(fd_for_io(), buf, 0, std::move(token));
     }
     /// One vectored send (sendmsg) of at most the buffers' total size; a
     /// partial send may end inside any buffer. The buffers and the iovec
     /// array must outlive the operation.
-    [[nodiscard]] detail::send_msg_awaiter write_some(std::span<const ::iovec> bufs, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::send_msg_awaiter(token, fd_for_io(), bufs, nullptr);
+    [[nodiscard]] detail::send_msg_awaiter write_some(std::span<const ::iovec> bufs, std::stop_token token = {}) {
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), bufs, nullptr);
     }
 
     /// Fills `buf` completely, or fails (end_of_stream if the peer closed first;

@@ -2,7 +2,6 @@
 /// UDP sockets. Datagrams larger than the buffer given are reported as
 /// errc::datagram_truncated, never silently cut.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/detail/msg_awaiter.hpp>
 #include <spindle/net/socket.hpp>
 
@@ -31,19 +30,19 @@ public:
     result<void> connect(const address& peer) noexcept;
 
     [[nodiscard]] detail::send_msg_awaiter send_to(std::span<const std::byte> datagram, const address& to,
-                                                   const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::send_msg_awaiter(token, fd_for_io(), datagram, &to);
+                                                   std::stop_token token = {}) {
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, &to);
     }
     /// Receives one datagram into `buf` and its sender into `from`.
-    [[nodiscard]] detail::recv_msg_awaiter recv_from(std::span<std::byte> buf, address& from, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::recv_msg_awaiter(token, fd_for_io(), buf, &from);
+    [[nodiscard]] detail::recv_msg_awaiter recv_from(std::span<std::byte> buf, address& from, std::stop_token token = {}) {
+        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, &from);
     }
     /// On a connected socket.
-    [[nodiscard]] detail::send_msg_awaiter send(std::span<const std::byte> datagram, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::send_msg_awaiter(token, fd_for_io(), datagram, nullptr);
+    [[nodiscard]] detail::send_msg_awaiter send(std::span<const std::byte> datagram, std::stop_token token = {}) {
+        return detail::send_msg_awaiter(std::move(token), fd_for_io(), datagram, nullptr);
     }
-    [[nodiscard]] detail::recv_msg_awaiter recv(std::span<std::byte> buf, const std::stop_token& token = spindle::detail::no_stop) {
-        return detail::recv_msg_awaiter(token, fd_for_io(), buf, nullptr);
+    [[nodiscard]] detail::recv_msg_awaiter recv(std::span<std::byte> buf, std::stop_token token = {}) {
+        return detail::recv_msg_awaiter(std::move(token), fd_for_io(), buf, nullptr);
     }
 
 private:

@@ -28,7 +28,6 @@
 /// peer is broken_pipe (or connection_reset), never a SIGPIPE. A cancelled
 /// or failed gather write may have written some of its pieces.
 
-#include <spindle/detail/no_stop.hpp>
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/detail/awaitable.hpp>
 #include <spindle/net/detail/gather.hpp>
@@ -162,20 +161,19 @@ private:
 /// Writes all of `bytes` (text or bytes), across partial writes: the stream's
 /// own write_all, without spelling std::as_bytes.
 template <byte_stream S>
-[[nodiscard]] auto write_all(S& stream, const_buffer bytes, const std::stop_token& token = spindle::detail::no_stop) {
-    return stream.write_all(bytes.bytes(), token);
+[[nodiscard]] auto write_all(S& stream, const_buffer bytes, std::stop_token token = {}) {
+    return stream.write_all(bytes.bytes(), std::move(token));
 }
 
 /// Writes the pieces in braces, in order, as one gather write:
 /// `write_all(s, {head, body})`.
 template <byte_stream S>
-[[nodiscard]] task<result<void>> write_all(S& stream, const gather_list& pieces,
-                                           const std::stop_token& token = spindle::detail::no_stop) {
+[[nodiscard]] task<result<void>> write_all(S& stream, const gather_list& pieces, std::stop_token token = {}) {
     detail::iovec_window window{};
     const std::span<const ::iovec> given = pieces.iovecs();
     std::copy(given.begin(), given.end(), window.begin());
     const const_buffer* none = nullptr;
-    return detail::write_pieces(stream, window, given.size(), none, none, token);
+    return detail::write_pieces(stream, window, given.size(), none, none, std::move(token));
 }
 
 /// Writes every piece of a range (a std::span<const std::string_view>, a
@@ -183,9 +181,9 @@ template <byte_stream S>
 /// order, as one gather write.
 template <byte_stream S, class R>
     requires detail::piece_range<R>
-[[nodiscard]] task<result<void>> write_all(S& stream, const R& pieces, const std::stop_token& token = spindle::detail::no_stop) {
+[[nodiscard]] task<result<void>> write_all(S& stream, const R& pieces, std::stop_token token = {}) {
     return detail::write_pieces(stream, detail::iovec_window{}, 0, std::ranges::begin(pieces), std::ranges::end(pieces),
-                                token);
+                                std::move(token));
 }
 
 }  // namespace spindle::net
