@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 namespace spindle::net::detail {
@@ -29,9 +31,24 @@ result<unique_fd> listen_on(const address& at, const listen_options& options) {
         return last_error();
     if (ip && options.reuse_port && ::setsockopt(fd->get(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0)
         return last_error();
+    if (ip && options.no_delay && ::setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) != 0)
+        return last_error();
     if (::bind(fd->get(), at.native(), at.size()) != 0) return last_error();
     if (::listen(fd->get(), options.backlog) != 0) return last_error();
     return fd;
+}
+
+std::error_code probe_port(const address& at) noexcept {
+    const bool ip = at.family() == address_family::ipv4 || at.family() == address_family::ipv6;
+    if (!ip || at.port() == 0) return {};
+    result<unique_fd> fd = open_socket(at.domain(), SOCK_STREAM);
+    if (!fd) return fd.error();
+    // SO_REUSEADDR as the real sockets have it: connections of an earlier
+    // server lingering in TIME_WAIT do not count as a holder, a listener does.
+    const int on = 1;
+    if (::setsockopt(fd->get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0) return last_error();
+    if (::bind(fd->get(), at.native(), at.size()) != 0) return last_error();
+    return {};
 }
 
 task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token token) {

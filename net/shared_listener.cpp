@@ -101,6 +101,13 @@ result<shared_listener> shared_listener::bind(const loop_group& group, const add
         if (!fd) return fd.error();
         s->socket = std::move(*fd);
     } else {
+        // SO_REUSEPORT lets any socket of the same user join the port, a
+        // second server as much as this group's other loops. A socket bound
+        // without it first finds out whether anyone holds the port now: the
+        // group's sockets are then the only ones to share it (a server that
+        // binds in the instant between the probe and our first bind still
+        // gets in; the kernel offers no way to close that window).
+        if (std::error_code taken = detail::probe_port(at)) return taken;
         options.reuse_port = true;
         address where = at;
         for (auto& l : s->loops) {

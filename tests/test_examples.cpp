@@ -284,6 +284,23 @@ TEST_CASE("spindle-echo echoes every byte to many clients at once") {
     CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
 
+TEST_CASE("a second spindle-echo on a port the first serves exits with 'Address already in use'") {
+    const std::string threads = GENERATE("1", "2");
+    const std::string distribute = GENERATE("reuseport", "least-loaded");
+    if (threads == "1" && distribute != "reuseport") return;  // one loop has no distribution
+    INFO("--threads " << threads << " --distribute " << distribute);
+    process first({program("SPINDLE_ECHO"), "--port", "0", "--threads", threads, "--distribute", distribute});
+    const std::uint16_t port = first.wait_listening();
+    for (const std::string second_threads : {"1", "2"}) {
+        command_result second = run({program("SPINDLE_ECHO"), "--port", std::to_string(port), "--threads", second_threads}, 20s);
+        INFO("second with --threads " << second_threads << ": " << second.output);
+        CHECK(second.status == 1);
+        CHECK(second.output.find("Address already in use") != std::string::npos);
+        CHECK(second.output.find("listening") == std::string::npos);
+    }
+    CHECK(exited_cleanly(first.stop(SIGTERM)));
+}
+
 TEST_CASE("spindle-http answers keep-alive, pipelined and bad requests") {
     process server({program("SPINDLE_HTTP"), "--port", "0"});
     std::uint16_t port = server.wait_listening();

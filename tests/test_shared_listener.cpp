@@ -8,6 +8,7 @@
 #include <spindle/net.hpp>
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -215,4 +216,94 @@ TEST_CASE("close() on a loop ends the accept waiting there with operation_cancel
         CHECK(ended[0] == std::errc::operation_canceled);
         CHECK(ended[1] == std::errc::operation_canceled);
     }
+}
+
+namespace {
+
+// A group that is never run: binding needs its size only.
+loop_group idle_group(unsigned n) {
+    spindle::loop_group_options o;
+    o.threads = n;
+    o.stop_signals = {};
+    return loop_group(o);
+}
+
+int tcp_nodelay_of(int fd) {
+    int on = -1;
+    ::socklen_t len = sizeof on;
+    REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0);
+    return on;
+}
+
+}  // namespace
+
+TEST_CASE("a port one group holds is refused to a second, whatever either's distribution", "[shared_listener]") {
+    const auto first_mode = GENERATE(net::distribution::reuseport, net::distribution::least_loaded);
+    const auto second_mode = GENERATE(net::distribution::reuseport, net::distribution::least_loaded);
+    INFO("first " << net::to_string(first_mode) << ", second " << net::to_string(second_mode));
+    loop_group first_group = idle_group(2);
+    loop_group second_group = idle_group(2);
+    result<net::address> any = net::address::from_ip("127.0.0.1", 0);
+    REQUIRE(any);
+    result<net::shared_listener> first = net::shared_listener::bind(first_group, *any, first_mode);
+    REQUIRE(first);
+    const std::uint16_t port = first->local_address().port();
+    result<net::address> taken = net::address::from_ip("127.0.0.1", port);
+    REQUIRE(taken);
+    result<net::shared_listener> second = net::shared_listener::bind(second_group, *taken, second_mode);
+    REQUIRE_FALSE(second);
+    CHECK(second.error() == std::errc::address_in_use);
+    // A plain listener, which a single-loop server uses, is refused too.
+    CHECK_FALSE(net::tcp_listener::bind(*taken));
+}
+
+TEST_CASE("a port freed by its group can be bound again by the next", "[shared_listener]") {
+    result<net::address> any = net::address::from_ip("127.0.0.1", 0);
+    REQUIRE(any);
+    std::uint16_t port = 0;
+    {
+        loop_group g = idle_group(2);
+        result<net::shared_listener> first = net::shared_listener::bind(g, *any, net::distribution::reuseport);
+        REQUIRE(first);
+        port = first->local_address().port();
+    }
+    loop_group g = idle_group(2);
+    result<net::address> again = net::address::from_ip("127.0.0.1", port);
+    REQUIRE(again);
+    result<net::shared_listener> second = net::shared_listener::bind(g, *again, net::distribution::reuseport);
+    INFO((second ? std::string("bound") : second.error().message()));
+    CHECK(second);
+}
+
+TEST_CASE("connections from a shared listener have TCP_NODELAY unless listen_options say no", "[shared_listener][threads]") {
+    const auto mode = GENERATE(net::distribution::reuseport, net::distribution::least_loaded);
+    const bool no_delay = GENERATE(true, false);
+    INFO(net::to_string(mode) << ", no_delay " << no_delay);
+    spindle::loop_group_options o;
+    o.threads = 2;
+    o.stop_signals = {};
+    loop_group g(o);
+    result<net::address> at = net::address::from_ip("127.0.0.1", 0);
+    REQUIRE(at);
+    net::listen_options lo;
+    lo.no_delay = no_delay;
+    result<net::shared_listener> bound = net::shared_listener::bind(g, *at, mode, lo);
+    REQUIRE(bound);
+    net::shared_listener listener = *bound;
+    const std::uint16_t port = listener.local_address().port();
+    std::atomic<int> seen{-1};
+    std::thread client([&] {
+        const int fd = connect_to(port);
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (seen.load() < 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+        if (fd >= 0) ::close(fd);
+        g.stop();
+    });
+    const int status = g.run([&](std::stop_token stop) -> task<void> {
+        result<net::tcp_stream> s = co_await listener.accept(stop);
+        if (s) seen.store(tcp_nodelay_of(s->native_handle()));
+    });
+    client.join();
+    CHECK(status == 0);
+    CHECK((seen.load() != 0) == no_delay);
 }

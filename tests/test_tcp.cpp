@@ -980,6 +980,24 @@ TEST_CASE("tcp: vectored write_all of 1,000 buffers (more than one window of 16)
     CHECK(s.caller_iovecs_unchanged);
 }
 
+task<void> accepted_nodelay_main(net::tcp_listener& l, int& accepted) {
+    tcp_pair p = co_await connect_pair(l);
+    accepted = *p.server.get_option(IPPROTO_TCP, TCP_NODELAY);
+}
+
+TEST_CASE("tcp: accepted connections have TCP_NODELAY unless listen_options::no_delay is off", "[tcp][options]") {
+    const bool no_delay = GENERATE(true, false);
+    INFO("no_delay " << no_delay);
+    net::listen_options options;
+    options.no_delay = no_delay;
+    loop l;
+    net::tcp_listener listener = listen_loopback(options);
+    int accepted = -1;
+    run_with_watchdog(l, accepted_nodelay_main(listener, accepted));
+    REQUIRE(accepted >= 0);
+    CHECK((accepted != 0) == no_delay);
+}
+
 TEST_CASE("tcp: set_nodelay and set_keepalive reach the socket", "[tcp][options]") {
     option_state s;
     loop l;

@@ -82,7 +82,6 @@ task<void> metrics_endpoint::run(std::stop_token stop) {
             logger()->warn("metrics: accept: {}", stream.error().message());
             continue;
         }
-        (void)stream->set_nodelay(true);
         connections.spawn(serve_scrapes(std::move(*stream), stop));
     }
     m_listener.close();

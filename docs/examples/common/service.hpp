@@ -127,8 +127,9 @@ private:
 
 /// A TCP server's life (SIGUSR1 prints the task dump to stderr): binds options.host:options.port, prints
 /// "<name> listening on ADDRESS:PORT", runs `handler(stream, stop)` (a
-/// task<void>) for each connection, with TCP_NODELAY set on its stream (the
-/// services write whole replies), until SIGINT or SIGTERM, then stops
+/// task<void>) for each connection, with TCP_NODELAY on its stream (the
+/// listener's default, which accepted sockets inherit: the services write
+/// whole replies), until SIGINT or SIGTERM, then stops
 /// accepting, lets every connection see the stop (their waits complete with
 /// operation_canceled), waits for them all (and for `beside`) and returns 0.
 /// 1 if it cannot bind.
@@ -166,7 +167,6 @@ task<int> run_tcp_service(const service_options& options, std::string_view name,
             logger()->warn("{}: accept: {}", name, stream.error().message());
             continue;
         }
-        (void)stream->set_nodelay(true);
         connections.spawn(handler(std::move(*stream), stop.get_token()));
     }
     listener->close();
@@ -327,7 +327,6 @@ task<int> serve_share(net::shared_listener listener, std::string_view name, Hand
             logger()->warn("{}: accept: {}", name, stream.error().message());
             continue;
         }
-        (void)stream->set_nodelay(true);
         connections.spawn(handler(std::move(*stream), stop));
     }
     listener.close();

@@ -31,6 +31,11 @@ struct listen_options {
     int backlog = 1024;
     bool reuse_address = true;  ///< SO_REUSEADDR (TCP): rebind while old connections linger
     bool reuse_port = false;    ///< SO_REUSEPORT (TCP): several listeners share the port
+    /// TCP_NODELAY on every accepted connection (TCP): small writes go at once
+    /// instead of waiting, under Nagle's rule, for the peer's delayed ACK
+    /// (some 40 ms on Linux). Set on the listener, which accepted sockets
+    /// inherit: no system call per connection.
+    bool no_delay = true;
 };
 
 namespace detail {
@@ -42,6 +47,10 @@ struct accepted {
 
 /// Binds and listens on a new socket of `type` for `at`.
 result<unique_fd> listen_on(const address& at, const listen_options& options);
+/// Whether a TCP socket bound without SO_REUSEPORT could take `at` now: no
+/// error, or the bind's (address_in_use when another socket holds the port).
+/// Nothing to check, and no error, for port 0 or a Unix address.
+std::error_code probe_port(const address& at) noexcept;
 /// The accept loop described above, on the listening descriptor `listener`,
 /// which must outlive the call. Closing it ends the call with
 /// operation_canceled, during a back-off too.
