@@ -195,6 +195,9 @@ step session::close_notify() {
 }
 
 bool session::handshake_done() const noexcept { return SSL_is_init_finished(m_ssl) == 1; }
+bool session::output_can_wait() const noexcept {
+    return SSL_is_server(m_ssl) == 1 && SSL_version(m_ssl) == TLS1_3_VERSION && handshake_done();
+}
 bool session::close_notify_sent() const noexcept { return (SSL_get_shutdown(m_ssl) & SSL_SENT_SHUTDOWN) != 0; }
 
 std::span<std::byte> session::input_space() noexcept {

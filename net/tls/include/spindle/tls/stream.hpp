@@ -128,9 +128,11 @@ public:
             switch (st.what) {
                 case detail::need::nothing:
                     // What reading made OpenSSL write (a KeyUpdate answered,
-                    // a ticket acknowledged) goes now, unless a writer is
-                    // sending: it takes it along. A read never waits for one.
-                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);
+                    // a ticket acknowledged, a server's tickets when this read
+                    // did the handshake) goes now, unless a writer is sending:
+                    // it takes it along. A read never waits for one. A TLS 1.3
+                    // server's waits for its next write (see run_handshake).
+                    if (s.has_output() && !s.sending && !s.output_can_wait()) (void)co_await send_output(s, token);
                     co_return st.count;
                 case detail::need::closed: co_return std::size_t{0};
                 case detail::need::failed:
@@ -160,11 +162,10 @@ public:
         if (token.stop_requested()) co_return std::make_error_code(std::errc::operation_canceled);
         const std::shared_ptr<detail::session> keep = m_session;
         detail::session& s = *keep;
-        // What an earlier write left unsent goes first; cancelled here,
-        // nothing of buf was taken.
-        if (s.has_output()) {
-            if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
-        }
+        // What is queued (tickets, a KeyUpdate, what an earlier write left)
+        // leaves with this record in one write; encrypt sends it first only
+        // when the record has no room beside it.
+        if (s.send_error) co_return s.send_error;
         result<std::size_t> taken = co_await encrypt(s, buf, token);
         if (!taken) co_return taken.error();
         // Taken is taken: a stop while sending leaves the rest for the next send.
@@ -271,7 +272,15 @@ private:
         for (;;) {
             const detail::step st = s.handshake();
             switch (st.what) {
-                case detail::need::nothing: co_return co_await send_output(s, token);  // our Finished, a ticket
+                case detail::need::nothing:
+                    // A TLS 1.3 server's tickets wait for its first write, to
+                    // leave in one write with the reply: sent alone, the reply
+                    // would wait under Nagle's rule for the client's delayed
+                    // ACK of them (40 ms). A read that has to wait for the
+                    // client sends them first. A client's Finished, which the
+                    // server waits for, goes now.
+                    if (s.output_can_wait()) co_return result<void>{};
+                    co_return co_await send_output(s, token);
                 case detail::need::closed: co_return make_error_code(errc::truncated);
                 case detail::need::failed:
                     if (s.has_output() && !s.sending) (void)co_await send_output(s, token);  // the alert

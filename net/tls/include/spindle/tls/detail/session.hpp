@@ -73,6 +73,10 @@ public:
     step close_notify();
 
     bool handshake_done() const noexcept;
+    /// A TLS 1.3 server whose handshake is done: what it queues then (session
+    /// tickets, the answer to a KeyUpdate) is nothing the client waits for,
+    /// so it may wait to leave with the next write.
+    bool output_can_wait() const noexcept;
     bool close_notify_sent() const noexcept;
     bool close_notify_received() const noexcept { return m_peer_closed; }
 
