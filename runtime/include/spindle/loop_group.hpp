@@ -51,14 +51,17 @@ namespace detail {
 class group_core;
 }
 
+// Every member has an initializer, `{}` included: g++ 12 warns
+// (-Wmissing-field-initializers) of a member without one that a designated
+// initializer leaves out, `{.threads = 4}`.
 struct loop_group_options {
     /// Loops, one thread each; 0: one per CPU this process may run on.
     unsigned threads = 1;
     /// CPUs to pin the loops to: loop i runs on cpus[i % cpus.size()]; empty:
     /// not pinned.
-    std::vector<int> cpus;
+    std::vector<int> cpus{};
     /// The options of every loop (single_thread is set on each).
-    loop_options loop;
+    loop_options loop{};
     /// Calls one loop may have in flight to another at once; the next waits
     /// for one of them to finish. Each ring has room for these and one more,
     /// rounded up to a power of two (cells of 64 bytes, two rings per ordered
@@ -125,7 +128,9 @@ private:
 
 /// In a task of a group's loop: runs `fn()` on loop `target` of the same
 /// group (this loop too) and gives its outcome, see above.
-/// `co_await submit_to(j, [key] { return store.get(key); })`.
+/// `auto get = [key] { return store.get(key); }; co_await submit_to(j, std::move(get));`
+/// (a capturing lambda named first: g++ 12 destroys the captures of one made
+/// inside the co_await expression twice, docs/runtime.md).
 template <class F>
 [[nodiscard]] auto submit_to(std::size_t target, F fn, std::stop_token token = {}) {
     return parked<detail::call_wait<std::decay_t<F>>>(std::move(token), detail::link_to(target), std::move(fn));

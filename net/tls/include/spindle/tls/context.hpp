@@ -38,15 +38,15 @@ struct context_options {
     /// (PEM), from files or given in memory: a server needs one pair, a
     /// client only for client authentication. Set the file or the text of
     /// each, not both.
-    std::string certificate_file;
-    std::string certificate_pem;
-    std::string private_key_file;
-    std::string private_key_pem;
+    std::string certificate_file{};
+    std::string certificate_pem{};
+    std::string private_key_file{};
+    std::string private_key_pem{};
 
     /// Certificates (PEM) to trust, from files or in memory. None given: a
     /// client trusts the system's store (Debian: /etc/ssl/certs).
-    std::vector<std::string> ca_files;
-    std::string ca_pem;
+    std::vector<std::string> ca_files{};
+    std::string ca_pem{};
 
     /// Clients: verify the server's certificate and its name (on unless
     /// turned off; turn it off in tests only). Servers: verify a client's
@@ -59,7 +59,7 @@ struct context_options {
     /// Application protocols. A server picks the first of its list that the
     /// client offers, and refuses a client that offers only others; a client
     /// offers these, in order. Empty: no ALPN.
-    std::vector<std::string> alpn;
+    std::vector<std::string> alpn{};
 
     version min_version = version::tls1_2;
     version max_version = version::tls1_3;
