@@ -933,3 +933,11 @@ TEST_CASE("tls: the first reply on 100 fresh TLS 1.3 connections is not held bac
         CHECK(delayed <= 2);
     }(), 120s);
 }
+
+// Built with -Wextra -Werror: g++ 12 warns of every member without a default
+// initializer that a designated initializer leaves out.
+TEST_CASE("tls::context_options take designated initializers", "[tls][context]") {
+    const tls::context_options o{.verify_peer = false};
+    CHECK_FALSE(o.verify_peer);
+    CHECK(o.certificate_pem.empty());
+}
