@@ -52,8 +52,10 @@ apt_update_once() {
 # --- 1. packages -------------------------------------------------------------
 # redis-tools (redis-cli, redis-benchmark) and wrk are what the example
 # services are tested against; libssl-dev is OpenSSL 3 for spindle::tls,
-# whose tests run the openssl command and curl against it.
-packages=(meson ninja-build pkg-config g++ clang libspdlog-dev catch2 liburing-dev redis-tools wrk libssl-dev openssl curl)
+# whose tests run the openssl command and curl against it. cmake lets meson
+# write the CMake package (spindleConfig.cmake) that tests/consumer/check.sh
+# builds a program against.
+packages=(meson ninja-build pkg-config cmake g++ clang libspdlog-dev catch2 liburing-dev redis-tools wrk libssl-dev openssl curl)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -14,10 +14,15 @@
 #   3. main.cpp built with `c++ -std=c++20 main.cpp $(pkg-config --cflags --libs spindle)`
 #      (no --static) runs: a task, a sleep, a TCP round trip on 127.0.0.1
 #   3b. with TLS built, tls_main.cpp built with `pkg-config --cflags --libs spindle-tls` runs
-#   4. the same program as a meson project with spindle in subprojects/spindle
+#   4. the same programs built by CMake (CMakeLists.txt here): find_package(spindle)
+#      through CMAKE_PREFIX_PATH finds the installed package, spindle::spindle
+#      (and spindle::tls, required when TLS is built) link, and both run; with
+#      g++ the compile lines carry -foptimize-sibling-calls, with clang they do not
+#   5. the same program as a meson project with spindle in subprojects/spindle
 #      (--wrap-mode=nodownload), which builds no spindle tests, benchmarks or
 #      examples there, runs
-# The compiler is $CXX (default c++). Exits non-zero if any check failed.
+# The compiler is $CXX (default c++); check 4 needs cmake (setup.sh installs it).
+# Exits non-zero if any check failed.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -141,7 +146,50 @@ else
     log "spindle-tls.pc not installed (built without TLS): no TLS consumer"
 fi
 
-# --- 4. meson subproject ------------------------------------------------------
+# --- 4. CMake -------------------------------------------------------------------
+# The prefix installed above, so nothing of spindle is built again; no build
+# type, so the programs compile without optimisation, as in check 5.
+cmake_build=$work/cmake-build
+cmake_args=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
+! command -v ninja >/dev/null || cmake_args+=(-G Ninja)
+with_tls=false
+if [[ -f $(dirname "$pc")/spindle-tls.pc ]]; then
+    with_tls=true
+    cmake_args+=(-DCONSUMER_TLS=ON)
+fi
+log "building main.cpp$($with_tls && echo ' and tls_main.cpp') with CMake: find_package(spindle) through CMAKE_PREFIX_PATH"
+if ! command -v cmake >/dev/null; then
+    fail "cmake not found (setup.sh installs it)"
+elif [[ -z $(find "$prefix" -name spindleConfig.cmake -path '*/cmake/spindle/*') ]]; then
+    fail "no spindleConfig.cmake installed (was cmake found when spindle was configured?)"
+elif quietly cmake -S "$here" -B "$cmake_build" "${cmake_args[@]}"; then
+    # Found in the prefix, not in a spindle installed elsewhere on the system.
+    spindle_dir=$(sed -n 's/^spindle_DIR:PATH=//p' "$cmake_build/CMakeCache.txt")
+    log "find_package(spindle): $spindle_dir"
+    [[ $spindle_dir == "$prefix"/* ]] || fail "find_package(spindle) found a package outside the installed prefix"
+    # The flag is for g++ only ($<COMPILE_LANG_AND_ID:CXX,GNU>); clang, which
+    # also defines __GNUC__, must not get it.
+    defines=$("$cxx" -dM -E -x c++ /dev/null)
+    expect_flag=false
+    [[ $defines != *__GNUC__* || $defines == *__clang__* ]] || expect_flag=true
+    got_flag=false
+    grep -q -- '-foptimize-sibling-calls' "$cmake_build/compile_commands.json" && got_flag=true
+    [[ $got_flag == "$expect_flag" ]] ||
+        fail "-foptimize-sibling-calls on the CMake compile lines: $got_flag, expected $expect_flag"
+    if quietly cmake --build "$cmake_build" -j "$(nproc)"; then
+        log "running it"
+        timeout 60 "$cmake_build/consumer" || fail "the CMake build of main.cpp failed when run"
+        if $with_tls; then
+            timeout 60 "$cmake_build/tls-consumer" || fail "the CMake build of tls_main.cpp failed when run"
+        fi
+    else
+        fail "main.cpp does not build with CMake"
+    fi
+else
+    fail "cmake could not configure tests/consumer (find_package(spindle))"
+fi
+
+# --- 5. meson subproject ------------------------------------------------------
 log "building tests/consumer as a meson project with spindle as a subproject"
 mkdir -p "$work/project/subprojects"
 cp "$here/meson.build" "$here/main.cpp" "$work/project/"
