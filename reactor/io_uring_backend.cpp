@@ -1,162 +1,33 @@
+// The core of the io_uring backend: slots, requests and their cancels, the
+// backend interface and the dispatch of completions. Making the ring is in
+// io_uring_setup.cpp, pooled receives and their buffer ring in
+// io_uring_buffers.cpp.
+
 #include "io_uring_backend.hpp"
+#include "io_uring_ring_pool.hpp"
 
 #include "syscall_op.hpp"
 
-#include <spindle/reactor/buffer_pool.hpp>
-
 #include <algorithm>
-#include <bit>
 #include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <limits>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <poll.h>
-#include <span>
 #include <stdexcept>
-#include <string>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
+#include <sys/socket.h>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
-#include <utility>
-
-// liburing 2.3 knows every flag used here; older headers may not. The values
-// are the kernel's (include/uapi/linux/io_uring.h), so the ring still asks for
-// them and a kernel that lacks them answers EINVAL, which we handle.
-#ifndef IORING_SETUP_SUBMIT_ALL
-#define IORING_SETUP_SUBMIT_ALL (1U << 7)
-#endif
-#ifndef IORING_SETUP_COOP_TASKRUN
-#define IORING_SETUP_COOP_TASKRUN (1U << 8)
-#endif
-#ifndef IORING_SETUP_TASKRUN_FLAG
-#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
-#endif
-#ifndef IORING_SQ_TASKRUN
-#define IORING_SQ_TASKRUN (1U << 2)
-#endif
-#ifndef IORING_FEAT_CQE_SKIP
-#define IORING_FEAT_CQE_SKIP (1U << 11)
-#endif
-#ifndef IORING_SETUP_SINGLE_ISSUER
-#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
-#endif
-#ifndef IORING_SETUP_DEFER_TASKRUN
-#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
-#endif
+#include <vector>
 
 namespace spindle::reactor {
 
-// The pool of pooled receives, its free buffers handed to the kernel as a
-// ring of provided buffers: a receive then names only the group, and the
-// kernel picks a buffer once data has arrived. Buffer ids below the ring's
-// size live in the ring when free; the rest (lent while the ring is full, or
-// all of them without a ring) on the free list.
-class io_uring_backend::ring_pool final : public buffer_pool {
-public:
-    static constexpr std::uint16_t group = 0;
-
-    explicit ring_pool(std::size_t buffer_size) noexcept : buffer_pool(buffer_size) {}
-
-    // Registers a ring of `entries` (a power of two) with its first chunk.
-    // False when the kernel has no rings of provided buffers (before 5.19):
-    // every receive then takes the plain way.
-    bool attach(::io_uring& ring, std::uint32_t entries) noexcept {
-        const std::size_t bytes = std::size_t{entries} * sizeof(::io_uring_buf);
-        void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (memory == MAP_FAILED) return false;
-        ::io_uring_buf_reg reg{};
-        reg.ring_addr = reinterpret_cast<std::uint64_t>(memory);
-        reg.ring_entries = entries;
-        reg.bgid = group;
-        if (::io_uring_register_buf_ring(&ring, &reg, 0) != 0) {
-            ::munmap(memory, bytes);
-            return false;
-        }
-        m_ring = static_cast<::io_uring_buf_ring*>(memory);
-        m_entries = entries;
-        m_mask = ::io_uring_buf_ring_mask(entries);
-        ::io_uring_buf_ring_init(m_ring);
-        grow_ring();
-        return true;
-    }
-    void detach(::io_uring& ring) noexcept {
-        if (!m_ring) return;
-        ::io_uring_unregister_buf_ring(&ring, group);
-        ::munmap(m_ring, std::size_t{m_entries} * sizeof(::io_uring_buf));
-        m_ring = nullptr;
-    }
-    bool has_ring() const noexcept { return m_ring != nullptr; }
-
-    // The ring ran dry: one more chunk for it. False once it holds all it can.
-    bool grow_ring() noexcept {
-        std::uint32_t first;
-        if (!m_ring || capacity() >= m_entries || !add_chunk(first)) return false;
-        for (std::uint32_t i = 0; i < chunk_buffers; ++i) on_free(first + i);
-        return true;
-    }
-    // A completion handed the kernel's pick over to its operation.
-    void lent_by_kernel() noexcept {
-        --m_in_ring;
-        add_lent(1);
-    }
-    // The kernel's pick for a completion that hands it to nobody: straight back.
-    void recycle(std::uint32_t id) noexcept {
-        --m_in_ring;
-        on_free(id);
-    }
-    // Buffers in the ring for the kernel to pick, as the completions seen so
-    // far tell: a pick whose completion is not collected yet still counts.
-    std::uint32_t in_ring() const noexcept { return m_in_ring; }
-
-private:
-    void on_free(std::uint32_t id) noexcept override {
-        if (m_ring && id < m_entries) {
-            ::io_uring_buf_ring_add(m_ring, address(id), static_cast<unsigned>(m_buffer_size), static_cast<unsigned short>(id), m_mask, 0);
-            ::io_uring_buf_ring_advance(m_ring, 1);
-            ++m_in_ring;
-        } else {
-            m_free.push_back(id);
-        }
-    }
-
-    ::io_uring_buf_ring* m_ring = nullptr;
-    std::uint32_t m_entries = 0;
-    std::uint32_t m_in_ring = 0;
-    int m_mask = 0;
-};
-
 namespace {
-
-// The submission queue only batches what one tick sends; in-flight requests
-// are not limited by it. 1024 entries hold a busy tick of a server with a few
-// hundred connections without an extra io_uring_enter to make room. The
-// completion queue is larger because multishot polls add completions of their
-// own; if it still overflows, the kernel keeps the rest (IORING_FEAT_NODROP).
-constexpr unsigned sq_entries = 1024;
-constexpr unsigned cq_entries = 8192;
-constexpr unsigned small_sq_entries = 64;
-constexpr unsigned small_cq_entries = 512;
-
-// user_data: generation << 32 | slot index. Slot generations are never 0, so
-// generation 0 marks the backend's own requests; they never reach 0xffffffff
-// either, which liburing uses for its internal timeouts on old kernels.
-constexpr std::uint64_t cancel_data = 1;  // acknowledgements of cancel requests: ignored
-// The wake-up poll; re-armed under the other value when another thread takes
-// the loop over, so the old request's last completion is told apart.
-constexpr std::uint64_t wake_data = 2;
-constexpr std::uint64_t wake_data_alt = 3;
-constexpr std::uint32_t max_generation = 0x7fffffff;
-constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 
 // read(2) and write(2) never move more than this in one call (MAX_RW_COUNT);
 // a request's length is 32 bits, so larger spans are cut the same way.
 constexpr std::size_t max_rw = 0x7ffff000;
-
-std::uint32_t next_generation(std::uint32_t generation) noexcept {
-    return generation == max_generation ? 1 : generation + 1;
-}
 
 unsigned poll_mask(std::uint32_t events) noexcept {
     unsigned mask = 0;
@@ -180,173 +51,7 @@ std::int64_t poll_result(const operation& op, std::int32_t res) noexcept {
 
 bool transient(int r) noexcept { return r == -EINTR || r == -EAGAIN || r == -EBUSY; }
 
-// Hooks for tests, read at each construction so a test can set them for one
-// loop. SPINDLE_IO_URING_FAIL=1 makes the ring's setup fail as if io_uring
-// were forbidden (EPERM), so the fallback to epoll can be exercised on any
-// kernel; SPINDLE_IO_URING_FAIL=submit sets the ring up but makes every
-// request fail to queue as if the submission queue could not be flushed, so
-// the runtime's error channel for submit failures can be exercised.
-enum class fault { none, setup, submit };
-
-fault fault_injected() noexcept {
-    const char* value = std::getenv("SPINDLE_IO_URING_FAIL");
-    if (!value || !*value || std::strcmp(value, "0") == 0) return fault::none;
-    return std::strcmp(value, "submit") == 0 ? fault::submit : fault::setup;
-}
-
-std::string setup_failure(int err) {
-    std::string what = "io_uring_queue_init";
-    switch (err) {
-        case ENOSYS: what += " (the kernel has no io_uring)"; break;
-        case EPERM: what += " (forbidden: seccomp, a container profile, or the sysctl kernel.io_uring_disabled)"; break;
-        case ENOMEM: what += " (cannot lock the ring's memory: RLIMIT_MEMLOCK)"; break;
-        case EINVAL: what += " (the kernel refuses the ring's setup)"; break;
-        default: break;
-    }
-    return what;
-}
-
 }  // namespace
-
-io_uring_backend::io_uring_backend(const backend_options& options, std::string& notes)
-    : m_wake_data(wake_data), m_read_buffer_size(options.read_buffer_size), m_free_head(no_slot) {
-    // A ring's size is a power of two, and a buffer id 16 bits.
-    m_read_buffer_batch = std::bit_floor(std::clamp<std::uint32_t>(options.read_buffer_batch, 1, 32768));
-    const fault injected = fault_injected();
-    m_fail_submit = injected == fault::submit;
-    if (injected == fault::setup)
-        throw std::system_error(EPERM, std::system_category(), "io_uring_queue_init (made to fail by SPINDLE_IO_URING_FAIL)");
-    m_single_thread = options.single_thread;
-    setup_ring(notes);
-    try {
-        check_kernel();
-        if (m_single_thread) register_ring(notes);
-        m_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (m_wake_fd < 0) throw std::system_error(errno, std::system_category(), "eventfd");
-        m_slots.reserve(256);
-        m_by_fd.resize(256);
-        m_collected.reserve(1024);
-        arm_wake();
-        // Arm the wake-up now rather than at the first poll(): a host may wait
-        // on native_handle() before it ever runs the loop. This first enter
-        // also finds a seccomp filter that allows io_uring_setup only.
-        const int r = ::io_uring_submit(&m_ring);
-        if (r < 0) throw std::system_error(-r, std::system_category(), "io_uring_enter");
-    } catch (...) {
-        if (m_wake_fd >= 0) ::close(m_wake_fd);
-        ::io_uring_queue_exit(&m_ring);
-        throw;
-    }
-}
-
-io_uring_backend::~io_uring_backend() {
-    // Every operation was forgotten or completed by now (the loop sees to it);
-    // closing the ring cancels our own wake-up poll. A registered ring
-    // descriptor is released too (io_uring_queue_exit does it), from the
-    // table of the calling thread: which is why a single-thread ring must be
-    // destroyed on its own thread. Buffers still lent keep the pool alive.
-    if (m_pool) {
-        m_pool->detach(m_ring);
-        m_pool->retire();
-    }
-    ::io_uring_queue_exit(&m_ring);
-    ::close(m_wake_fd);
-}
-
-void io_uring_backend::setup_ring(std::string& notes) {
-    // COOP_TASKRUN: completions are run when we next enter the kernel instead
-    // of interrupting the thread with an IPI; TASKRUN_FLAG tells us when such
-    // work waits, so a zero-timeout poll() enters only then (5.19).
-    // SUBMIT_ALL: one bad request does not hold back the rest of a batch (5.18).
-    //
-    // A request's completion is task work of the thread that made it, run
-    // when that thread next enters the kernel: whatever the loop waits on must
-    // be made by the thread that runs it (adopt_calling_thread).
-    //
-    // SINGLE_ISSUER (6.0) with DEFER_TASKRUN (6.1), for a single-thread loop
-    // only. They tie the ring to the thread that created it: an io_uring_enter
-    // from any other thread fails with EEXIST, so a loop built on one thread
-    // and run on another could not use them. DEFER_TASKRUN keeps completions
-    // as task work of the ring until its owner enters with GETEVENTS (which
-    // every poll() that may find work does: see poll()), instead of running
-    // them on the thread's next syscall of any kind; it also leaves a poller
-    // of the ring's descriptor asleep until then, so native_handle() is no
-    // use to a host's poller with it. TASKRUN_FLAG still raises
-    // IORING_SQ_TASKRUN for that deferred work.
-    constexpr unsigned base = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
-    constexpr unsigned shared = base | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-    constexpr unsigned single_issuer = shared | IORING_SETUP_SINGLE_ISSUER;
-    constexpr unsigned deferred = single_issuer | IORING_SETUP_DEFER_TASKRUN;
-    constexpr unsigned shared_attempts[] = {shared, base | IORING_SETUP_SUBMIT_ALL, base};
-    constexpr unsigned single_attempts[] = {deferred, single_issuer, shared, base | IORING_SETUP_SUBMIT_ALL, base};
-    const std::span<const unsigned> attempts = m_single_thread ? std::span<const unsigned>(single_attempts)
-                                                               : std::span<const unsigned>(shared_attempts);
-    // Before 5.12 the rings count against RLIMIT_MEMLOCK, 64 KiB by default on
-    // some systems: when the full size is refused with ENOMEM, try a small ring.
-    constexpr std::pair<unsigned, unsigned> sizes[] = {{sq_entries, cq_entries}, {small_sq_entries, small_cq_entries}};
-    int r = -EINVAL;
-    unsigned taken = 0;
-    for (const auto& [sq, cq] : sizes) {
-        for (unsigned flags : attempts) {
-            ::io_uring_params params{};
-            params.flags = flags;
-            params.cq_entries = cq;
-            taken = flags;
-            r = ::io_uring_queue_init_params(sq, &m_ring, &params);
-            if (r != -EINVAL) break;  // EINVAL: a flag this kernel does not know; try fewer
-        }
-        if (r != -ENOMEM) break;
-    }
-    if (r < 0) throw std::system_error(-r, std::system_category(), setup_failure(-r));
-    if (!m_single_thread || taken == deferred) return;
-    if (taken == single_issuer)
-        notes = "io_uring: deferred task work unavailable (kernel before 6.1), using a single-issuer ring with cooperative task work";
-    else if (taken == shared)
-        notes = "io_uring: single-issuer ring with deferred task work unavailable (kernel before 6.1), using a shared ring with cooperative task work";
-    else
-        notes = "io_uring: single-issuer ring with deferred task work unavailable (kernel before 6.1), using a plain ring";
-}
-
-void io_uring_backend::register_ring(std::string& notes) noexcept {
-    // Every io_uring_enter looks the ring's descriptor up in the process's
-    // file table, taking and dropping a reference to the file; a registered
-    // ring is found in the calling thread's own table instead (5.18). Only
-    // for a single-thread ring: the registration belongs to the thread that
-    // made it, and liburing then enters through it from whatever thread calls.
-    // m_ring.ring_fd stays the real descriptor (native_handle(), close);
-    // liburing keeps the registered index apart, in enter_ring_fd.
-    const int r = ::io_uring_register_ring_fd(&m_ring);
-    if (r == 1) return;
-    if (!notes.empty()) notes += "; ";
-    notes += "io_uring: the ring's descriptor cannot be registered (";
-    notes += r == -EINVAL ? "kernel before 5.18" : std::strerror(-r);
-    notes += "), every enter looks it up";
-}
-
-void io_uring_backend::check_kernel() {
-    // Without fast poll (5.7) a request that must wait would hold a kernel
-    // worker thread for as long as it waits; without NODROP (5.5) completions
-    // could be lost when the completion queue is full.
-    if (!(m_ring.features & IORING_FEAT_FAST_POLL) || !(m_ring.features & IORING_FEAT_NODROP))
-        throw std::system_error(ENOSYS, std::system_category(), "io_uring: the kernel is older than 5.7 (no fast poll)");
-    ::io_uring_probe* probe = ::io_uring_get_probe_ring(&m_ring);
-    if (!probe) throw std::system_error(ENOSYS, std::system_category(), "io_uring: the kernel cannot list its operations");
-    static constexpr std::pair<int, const char*> needed[] = {
-        {IORING_OP_READ, "READ"},         {IORING_OP_WRITE, "WRITE"},     {IORING_OP_READV, "READV"},
-        {IORING_OP_WRITEV, "WRITEV"},     {IORING_OP_RECV, "RECV"},       {IORING_OP_SEND, "SEND"},
-        {IORING_OP_RECVMSG, "RECVMSG"},   {IORING_OP_SENDMSG, "SENDMSG"}, {IORING_OP_ACCEPT, "ACCEPT"},
-        {IORING_OP_CONNECT, "CONNECT"},   {IORING_OP_POLL_ADD, "POLL_ADD"},
-        {IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
-    };
-    for (const auto& [opcode, name] : needed) {
-        if (!::io_uring_opcode_supported(probe, opcode)) {
-            ::io_uring_free_probe(probe);
-            throw std::system_error(ENOSYS, std::system_category(), std::string("io_uring: the kernel lacks IORING_OP_") + name);
-        }
-    }
-    ::io_uring_free_probe(probe);
-    m_cqe_skip = (m_ring.features & IORING_FEAT_CQE_SKIP) != 0;
-}
 
 // --- slots -------------------------------------------------------------------
 
@@ -846,108 +551,6 @@ void io_uring_backend::dispatch() {
         finish_request(index, c.res, c.flags);
     }
     m_collected.clear();
-}
-
-void io_uring_backend::recycle_buffer(std::uint32_t flags) noexcept {
-    if (flags & IORING_CQE_F_BUFFER) m_pool->recycle(flags >> IORING_CQE_BUFFER_SHIFT);
-}
-
-void io_uring_backend::start_pooled(std::uint32_t index) noexcept {
-    // Without a ring the receive waits for readiness first, so that it takes
-    // a buffer only when data is there.
-    slot& s = m_slots[index];
-    s.pooled_plain = !m_pool->has_ring();
-    s.awaiting_readiness = s.pooled_plain;
-    s.ring_was_dry = false;
-}
-
-void io_uring_backend::finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags) {
-    slot& s = m_slots[index];
-    operation& op = *s.op;
-    const bool cancelled = s.cancel_requested;
-    if (s.awaiting_readiness) {
-        // Readable: receive, unless this poll has lent its batch already;
-        // then the next poll comes back to it first. The batch counts the
-        // receives sent back to the ring in this dispatch too.
-        if (cancelled) return finish(index, -ECANCELED);
-        if (res < 0) return finish(index, res);
-        if (m_pool->in_transit() + m_plain_in_kernel + m_ring_claims >= m_read_buffer_batch) {
-            m_postponed.push_back({user_data_of(index), res, 0});
-            return;
-        }
-        s.awaiting_readiness = false;
-        if (s.ring_was_dry && m_ring_claims < m_pool->in_ring()) {
-            ++m_ring_claims;
-            // Tasks gave buffers back into the ring since it ran dry for this
-            // receive: the kernel picks one of those, and the pool maps no
-            // other buffers for a burst that the ring can serve in turn.
-            s.pooled_plain = s.ring_was_dry = false;
-            if (!queue_request(index)) finish(index, -EIO);
-            return;
-        }
-        if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
-        ++m_plain_in_kernel;
-        if (!queue_request(index)) {
-            --m_plain_in_kernel;
-            m_pool->give_back(op.args.pooled.id);
-            finish(index, -EIO);
-        }
-        return;
-    }
-    // The buffer the receive filled: the kernel's pick, or the one it was given.
-    bool held = false;
-    std::uint32_t id = 0;
-    if (flags & IORING_CQE_F_BUFFER) {
-        held = true;
-        id = flags >> IORING_CQE_BUFFER_SHIFT;
-        m_pool->lent_by_kernel();
-    } else if (s.pooled_plain) {
-        held = true;
-        id = op.args.pooled.id;
-        --m_plain_in_kernel;
-    }
-    if (res > 0) {
-        op.args.pooled = {m_pool, id};
-        m_pool->handed_over();
-        return finish(index, res);  // closed meanwhile: finish gives it back
-    }
-    if (held) m_pool->give_back(id);
-    const bool retry = res == -ENOBUFS || res == -EAGAIN || res == -EINTR;
-    if (retry && cancelled) return finish(index, -ECANCELED);
-    if (res == -ENOBUFS || res == -EAGAIN) {
-        // ENOBUFS: the ring ran dry; another chunk for it while it has room.
-        // One chunk serves this many receives of the same dispatch (a burst
-        // of readable connections finds it dry all at once), not one each.
-        // Beyond that, and on an EAGAIN (as for any operation the kernel
-        // cannot wait on, finish_request), wait for readiness and take one of
-        // the pool's other buffers.
-        bool plain = res == -EAGAIN;
-        if (!plain && ++m_dry_receives > m_ring_growths * buffer_pool::chunk_buffers) {
-            plain = !m_pool->grow_ring();
-            if (!plain) ++m_ring_growths;
-        }
-        if (plain) {
-            s.pooled_plain = s.awaiting_readiness = true;
-            s.ring_was_dry = res == -ENOBUFS;
-        }
-        if (!queue_request(index)) finish(index, -EIO);
-        return;
-    }
-    if (res == -EINTR) {
-        if (s.pooled_plain) {
-            if (!m_pool->take(op.args.pooled.id)) return finish(index, -ENOMEM);
-            ++m_plain_in_kernel;
-        }
-        if (!queue_request(index)) {
-            if (s.pooled_plain) {
-                --m_plain_in_kernel;
-                m_pool->give_back(op.args.pooled.id);
-            }
-            finish(index, -EIO);
-        }
-        return;
-    }
-    finish(index, res);
 }
 
 void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res, std::uint32_t flags) {

@@ -17,9 +17,35 @@
 #include <liburing.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
+
+// liburing 2.3 knows every flag the backend uses; older headers may not. The
+// values are the kernel's (include/uapi/linux/io_uring.h), so the ring still
+// asks for them and a kernel that lacks them answers EINVAL, which we handle.
+#ifndef IORING_SETUP_SUBMIT_ALL
+#define IORING_SETUP_SUBMIT_ALL (1U << 7)
+#endif
+#ifndef IORING_SETUP_COOP_TASKRUN
+#define IORING_SETUP_COOP_TASKRUN (1U << 8)
+#endif
+#ifndef IORING_SETUP_TASKRUN_FLAG
+#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
+#endif
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 2)
+#endif
+#ifndef IORING_FEAT_CQE_SKIP
+#define IORING_FEAT_CQE_SKIP (1U << 11)
+#endif
+#ifndef IORING_SETUP_SINGLE_ISSUER
+#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
+#endif
+#ifndef IORING_SETUP_DEFER_TASKRUN
+#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
+#endif
 
 namespace spindle::reactor {
 
@@ -46,6 +72,21 @@ public:
     backend_kind kind() const noexcept override { return backend_kind::io_uring; }
 
 private:
+    // user_data: generation << 32 | slot index. Slot generations are never 0, so
+    // generation 0 marks the backend's own requests; they never reach 0xffffffff
+    // either, which liburing uses for its internal timeouts on old kernels.
+    static constexpr std::uint64_t cancel_data = 1;  // acknowledgements of cancel requests: ignored
+    // The wake-up poll; re-armed under the other value when another thread takes
+    // the loop over, so the old request's last completion is told apart.
+    static constexpr std::uint64_t wake_data = 2;
+    static constexpr std::uint64_t wake_data_alt = 3;
+    static constexpr std::uint32_t max_generation = 0x7fffffff;
+    static constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
+
+    static constexpr std::uint32_t next_generation(std::uint32_t generation) noexcept {
+        return generation == max_generation ? 1 : generation + 1;
+    }
+
     enum class slot_state : std::uint8_t {
         free,
         in_kernel,  // a request is queued or submitted; its final completion is still to come
@@ -86,9 +127,12 @@ private:
         std::uint32_t flags;
     };
 
+    // Making the ring and probing the kernel (io_uring_setup.cpp).
     void setup_ring(std::string& notes);
     void register_ring(std::string& notes) noexcept;
     void check_kernel();
+
+    // Slots, requests and completions (io_uring_backend.cpp).
     std::uint32_t allocate_slot(operation& op);
     void release_slot(std::uint32_t index) noexcept;
     std::uint64_t user_data_of(std::uint32_t index) const noexcept;
@@ -103,13 +147,16 @@ private:
     void note(const ::io_uring_cqe& cqe) noexcept;
     void dispatch();
     void finish_request(std::uint32_t index, std::int32_t res, std::uint32_t flags);
-    void finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags);
-    void start_pooled(std::uint32_t index) noexcept;
-    void recycle_buffer(std::uint32_t flags) noexcept;
     void finish(std::uint32_t index, std::int64_t result);
     void link_fd(operation& op) noexcept;
     void unlink_fd(operation& op) noexcept;
     bool lookup(const operation& op, std::uint32_t& index) const noexcept;
+
+    // Pooled receives and the ring of provided buffers (io_uring_buffers.cpp,
+    // ring_pool in io_uring_ring_pool.hpp).
+    void start_pooled(std::uint32_t index) noexcept;
+    void finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags);
+    void recycle_buffer(std::uint32_t flags) noexcept;
 
     class ring_pool;
 

@@ -13,20 +13,16 @@
 
 namespace spindle::reactor {
 
-// The direction an operation waits in: the list a readiness backend parks it
-// in, and what io_uring polls for when the kernel answers EAGAIN. Readiness
-// waits for both directions count as readers.
+// The direction an operation waits in (op_code.hpp's list says which): the
+// list a readiness backend parks it in, and what io_uring polls for when the
+// kernel answers EAGAIN. Readiness waits for both directions count as readers.
 inline bool is_reader(const operation& op) noexcept {
-    switch (op.code) {
-        case op_code::read:
-        case op_code::readv:
-        case op_code::recv:
-        case op_code::recvmsg:
-        case op_code::recv_pooled:
-        case op_code::accept: return true;
-        case op_code::poll: return (op.events & readable) != 0;
-        default: return false;
+    switch (direction_of(op.code)) {
+        case op_direction::reader: return true;
+        case op_direction::writer: return false;
+        case op_direction::by_events: return (op.events & readable) != 0;
     }
+    return false;
 }
 
 inline std::int64_t or_errno(long long r) noexcept { return r < 0 ? -static_cast<std::int64_t>(errno) : r; }
@@ -60,7 +56,7 @@ inline std::int64_t accept_nonblocking(operation& op) noexcept {
 
 inline std::int64_t perform(operation& op) noexcept {
     for (;;) {
-        std::int64_t r;
+        std::int64_t r = -EINVAL;
         switch (op.code) {
             case op_code::read: r = or_errno(::read(op.fd, op.args.buf.data, op.args.buf.size)); break;
             case op_code::write: r = or_errno(::write(op.fd, op.args.buf.data, op.args.buf.size)); break;
@@ -74,7 +70,10 @@ inline std::int64_t perform(operation& op) noexcept {
             case op_code::recvmsg: r = or_errno(::recvmsg(op.fd, op.args.msg, op.flags)); break;
             case op_code::sendmsg: r = or_errno(::sendmsg(op.fd, op.args.msg, op.flags | no_sigpipe)); break;
             case op_code::accept: r = accept_nonblocking(op); break;
-            default: return -EINVAL;
+            // Not single syscalls: the backends run these their own way.
+            case op_code::connect:
+            case op_code::poll:
+            case op_code::recv_pooled: return -EINVAL;
         }
         if (r != -EINTR) return r;
     }

@@ -88,12 +88,13 @@ io_op::io_op(const io_request& request, complete_fn done) noexcept : m_done(done
 }
 
 static_assert(static_cast<std::uint32_t>(readable) == reactor::readable && static_cast<std::uint32_t>(writable) == reactor::writable);
-static_assert(static_cast<int>(io_code::poll) == static_cast<int>(reactor::op_code::poll) &&
-              static_cast<int>(io_code::accept) == static_cast<int>(reactor::op_code::accept) &&
-              static_cast<int>(io_code::connect) == static_cast<int>(reactor::op_code::connect) &&
-              static_cast<int>(io_code::sendmsg) == static_cast<int>(reactor::op_code::sendmsg) &&
-              static_cast<int>(io_code::read) == static_cast<int>(reactor::op_code::read) &&
-              static_cast<int>(io_code::recv_pooled) == static_cast<int>(reactor::op_code::recv_pooled));
+// io_code (public, so it cannot include the reactor) mirrors op_code: every
+// value checked here, and the count.
+#define SPINDLE_IO_CODE_MATCHES(code, name, direction) \
+    static_assert(static_cast<int>(io_code::code) == static_cast<int>(reactor::op_code::code));
+SPINDLE_REACTOR_OPERATIONS(SPINDLE_IO_CODE_MATCHES)
+#undef SPINDLE_IO_CODE_MATCHES
+static_assert(static_cast<std::size_t>(io_code::recv_pooled) + 1 == reactor::op_code_count);
 
 bool submit_io(loop_core& core, io_op& o) noexcept {
     reactor::operation& op = io_access::op(o);
@@ -142,11 +143,8 @@ void give_back(buffer_lender* lender, std::uint32_t id) noexcept {
 }
 
 void io_wait::describe(std::string& out) const {
-    static constexpr const char* names[] = {"read", "write", "readv", "writev", "recv", "send",
-                                            "recvmsg", "sendmsg", "accept", "connect", "poll", "borrowed recv"};
     const reactor::operation& op = io_access::op(*this);
-    const auto code = static_cast<std::size_t>(op.code);
-    out += code < std::size(names) ? names[code] : "I/O";
+    out += reactor::to_string(op.code);
     out += " on fd ";
     out += std::to_string(op.fd);
 }

@@ -2,30 +2,14 @@
 /// One I/O operation handed to a backend. It lives in the awaiting coroutine's
 /// frame (or wherever its owner keeps it), so submitting one allocates nothing.
 
+#include <spindle/reactor/op_code.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 namespace spindle::reactor {
-
-enum class op_code : std::uint8_t {
-    read,     ///< read(2) into buf/len
-    write,    ///< write(2) from buf/len
-    readv,    ///< readv(2) over iov/iov_count
-    writev,   ///< writev(2) over iov/iov_count
-    recv,     ///< recv(2) with flags
-    send,     ///< send(2) with flags | MSG_NOSIGNAL
-    recvmsg,  ///< recvmsg(2) with msg and flags
-    sendmsg,  ///< sendmsg(2) with msg and flags | MSG_NOSIGNAL
-    accept,   ///< accept4(2), the new descriptor is non-blocking and close-on-exec
-    connect,  ///< connect(2); completes with 0 or the socket's SO_ERROR
-    poll,     ///< readiness of `events` (readable / writable)
-    /// recv(2) with flags into a buffer the backend lends from its pool only
-    /// once data is there: on a result > 0, args.pooled says which, and the
-    /// owner gives it back (buffer_pool::give_back); on 0 or an error, none.
-    recv_pooled,
-};
 
 /// Readiness bits for op_code::poll; backend-neutral on purpose.
 enum poll_events : std::uint32_t { readable = 1u, writable = 2u };

@@ -1,0 +1,78 @@
+#pragma once
+/// The operations a backend performs, listed once. The enum, the array of
+/// every code, their names and the direction each waits in are all made from
+/// SPINDLE_REACTOR_OPERATIONS: a new operation is one line there, plus a case
+/// in each backend's switch over op_code (the syscall, the kernel's request),
+/// which the compiler asks for because those switches have no default.
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string_view>
+
+namespace spindle::reactor {
+
+/// The direction an operation waits in when it has to wait for readiness: the
+/// list a readiness backend parks it in, what io_uring polls for on EAGAIN.
+enum class op_direction : std::uint8_t {
+    reader,     ///< waits to be readable
+    writer,     ///< waits to be writable
+    by_events,  ///< waits for what operation::events asks; both directions count as a reader
+};
+
+/// X(code, name, direction), one line per operation, in the order of op_code.
+/// `name` is what a task waiting on it says in the task dump ("recv on fd 7").
+/// recv_pooled receives into a buffer the backend lends from its pool only
+/// once data is there: on a result > 0, args.pooled says which, and the owner
+/// gives it back (buffer_pool::give_back); on 0 or an error, none.
+#define SPINDLE_REACTOR_OPERATIONS(X)                                                                     \
+    X(read, "read", reader)                     /* read(2) into buf */                                    \
+    X(write, "write", writer)                   /* write(2) from buf */                                   \
+    X(readv, "readv", reader)                   /* readv(2) over vec */                                   \
+    X(writev, "writev", writer)                 /* writev(2) over vec */                                  \
+    X(recv, "recv", reader)                     /* recv(2) with flags */                                  \
+    X(send, "send", writer)                     /* send(2) with flags | MSG_NOSIGNAL */                   \
+    X(recvmsg, "recvmsg", reader)               /* recvmsg(2) with msg and flags */                       \
+    X(sendmsg, "sendmsg", writer)               /* sendmsg(2) with msg and flags | MSG_NOSIGNAL */        \
+    X(accept, "accept", reader)                 /* accept4(2): non-blocking and close-on-exec */          \
+    X(connect, "connect", writer)               /* connect(2): completes with 0 or SO_ERROR */            \
+    X(poll, "poll", by_events)                  /* readiness of `events` (readable / writable) */         \
+    X(recv_pooled, "borrowed recv", reader)     /* recv(2) with flags into a lent buffer (above) */
+
+enum class op_code : std::uint8_t {
+#define SPINDLE_REACTOR_OP_ENUMERATOR(code, name, direction) code,
+    SPINDLE_REACTOR_OPERATIONS(SPINDLE_REACTOR_OP_ENUMERATOR)
+#undef SPINDLE_REACTOR_OP_ENUMERATOR
+};
+
+/// Every op_code, in order: for tables and checks that must cover them all.
+inline constexpr op_code all_op_codes[] = {
+#define SPINDLE_REACTOR_OP_ELEMENT(code, name, direction) op_code::code,
+    SPINDLE_REACTOR_OPERATIONS(SPINDLE_REACTOR_OP_ELEMENT)
+#undef SPINDLE_REACTOR_OP_ELEMENT
+};
+inline constexpr std::size_t op_code_count = std::size(all_op_codes);
+
+/// The operation's name, as the task dump prints it; "I/O" for a value that
+/// is no op_code.
+constexpr std::string_view to_string(op_code code) noexcept {
+    switch (code) {
+#define SPINDLE_REACTOR_OP_NAME(code, name, direction) \
+    case op_code::code: return name;
+        SPINDLE_REACTOR_OPERATIONS(SPINDLE_REACTOR_OP_NAME)
+#undef SPINDLE_REACTOR_OP_NAME
+    }
+    return "I/O";
+}
+
+constexpr op_direction direction_of(op_code code) noexcept {
+    switch (code) {
+#define SPINDLE_REACTOR_OP_DIRECTION(code, name, direction) \
+    case op_code::code: return op_direction::direction;
+        SPINDLE_REACTOR_OPERATIONS(SPINDLE_REACTOR_OP_DIRECTION)
+#undef SPINDLE_REACTOR_OP_DIRECTION
+    }
+    return op_direction::by_events;
+}
+
+}  // namespace spindle::reactor
