@@ -298,9 +298,9 @@ double cpu_seconds(const rusage& u) {
 // and torn down outside the window, and its first and last sixth (at least
 // 100 ms, at most 1 s) are left out.
 task<void> perf_window(syscall_counter& counter, std::chrono::milliseconds margin, std::chrono::milliseconds length) {
-    co_await sleep_for(margin);
+    (void)co_await sleep_for(margin);
     counter.start();
-    co_await sleep_for(length);
+    (void)co_await sleep_for(length);
     counter.interrupt();
 }
 
@@ -323,7 +323,7 @@ task<load_report> drive(load_options lo, syscall_counter* counter, count_tool to
         // message count is the only right denominator: trace the whole run,
         // connection set-up included (a few calls per connection).
         counter->start();
-        co_await sleep_for(500ms);  // for strace to attach
+        (void)co_await sleep_for(500ms);  // for strace to attach
         load_report report = within_bound(co_await with_timeout(bound, run_load(lo)));
         counter->interrupt();
         co_return report;
@@ -506,7 +506,7 @@ task<void> idle_client(net::address target, std::size_t size, long& opened, long
         co_return;
     }
     ++opened;
-    while (!release) co_await sleep_for(50ms);
+    while (!release) (void)co_await sleep_for(50ms);
 }
 
 task<void> hold_idle(const options& o, net::address target, pid_t server, long rss_before_kib, bool& ok) {
@@ -515,10 +515,10 @@ task<void> hold_idle(const options& o, net::address target, pid_t server, long r
     loop& l = loop::current();
     for (int i = 0; i < o.idle; ++i) l.spawn(idle_client(target, o.size, opened, failed, release)).detach();
     const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (opened + failed < o.idle && std::chrono::steady_clock::now() < give_up) co_await sleep_for(10ms);
-    co_await sleep_for(200ms);  // settled
+    while (opened + failed < o.idle && std::chrono::steady_clock::now() < give_up) (void)co_await sleep_for(10ms);
+    (void)co_await sleep_for(200ms);  // settled
     const long switches0 = proc_status(server, "voluntary_ctxt_switches") + proc_status(server, "nonvoluntary_ctxt_switches");
-    co_await sleep_for(2s);
+    (void)co_await sleep_for(2s);
     const long switches1 = proc_status(server, "voluntary_ctxt_switches") + proc_status(server, "nonvoluntary_ctxt_switches");
     const long rss_kib = proc_status(server, "VmRSS");
     std::printf("idle connections=%ld rss_per_connection_bytes=%.0f server_rss_kib=%ld (before: %ld) "

@@ -290,7 +290,7 @@ task<void> receive_in_batches(std::vector<client>& clients, std::stop_token stop
                 if (static_cast<std::size_t>(n) < batch) break;
             }
         }
-        co_await sleep_for(8ms, stop);
+        (void)co_await sleep_for(8ms, stop);
     }
 }
 
@@ -304,7 +304,7 @@ task<void> send_input(std::vector<client>& clients, long hz, std::stop_token sto
         for (std::size_t s = 0; s < slices && !stop.stop_requested(); ++s) {
             for (std::size_t i = s; i < clients.size(); i += slices) (void)co_await clients[i].socket.send(input, stop);
             next += period / slices;
-            co_await sleep_until(next, stop);
+            (void)co_await sleep_until(next, stop);
         }
     }
 }
@@ -346,7 +346,7 @@ task<round_result> drive(const options& o, server_process& server, std::uint16_t
         return joined == expected_joined && joined + refused == clients.size();
     };
     const auto join_deadline = clock::now() + 10s;
-    while (!settled() && clock::now() < join_deadline) co_await sleep_for(10ms);
+    while (!settled() && clock::now() < join_deadline) (void)co_await sleep_for(10ms);
     if (!settled()) std::printf("  the clients did not all join (or get refused) within 10 s\n");
 
     // The next line spans the joins: the windows are the ones after it.
@@ -359,7 +359,7 @@ task<round_result> drive(const options& o, server_process& server, std::uint16_t
             for (std::size_t i = 0; i < clients.size(); ++i) before[i] = clients[i].snapshots;
             counting = true;
         }
-        co_await sleep_for(10ms);
+        (void)co_await sleep_for(10ms);
     }
     bool complete = server.lines.size() >= first + static_cast<std::size_t>(o.windows);
     for (std::size_t i = first; complete && i < first + static_cast<std::size_t>(o.windows); ++i) {
@@ -410,7 +410,7 @@ task<round_result> run_round(const options& o, const std::string& backend, int c
 
     round_result r;
     const auto start_deadline = clock::now() + 10s;
-    while (server.lines.empty() && clock::now() < start_deadline) co_await sleep_for(10ms);
+    while (server.lines.empty() && clock::now() < start_deadline) (void)co_await sleep_for(10ms);
     const std::string said = server.lines.empty() ? "" : server.lines.front();
     if (const std::optional<std::uint16_t> port = announced_port(said); !port) {
         std::printf("  %s --backend %s did not start (said: '%s')\n", o.server.c_str(), backend.c_str(), said.c_str());
@@ -422,7 +422,7 @@ task<round_result> run_round(const options& o, const std::string& backend, int c
     // The reader ends at end of file, once the server's last line is in;
     // stopped after 2 s if something else holds the pipe open.
     const auto read_deadline = clock::now() + 2s;
-    while (!reader.done() && clock::now() < read_deadline) co_await sleep_for(10ms);
+    while (!reader.done() && clock::now() < read_deadline) (void)co_await sleep_for(10ms);
     reading.request_stop();
     co_await std::move(reader);
     if (!clean) std::printf("  the server did NOT exit with status 0 on SIGINT\n");

@@ -400,7 +400,7 @@ task<bool> write_pieces(net::tcp_stream& s, session& ss, std::string_view data) 
         }
         if (auto w = co_await s.write_all(bytes_of(data.substr(at, piece))); !w) co_return ss.bad(w.error(), "write");
         at += piece;
-        if (ss.slow && chance(ss.rng, 0.5)) co_await sleep_for(std::chrono::milliseconds(uniform(ss.rng, 0, 4)));
+        if (ss.slow && chance(ss.rng, 0.5)) (void)co_await sleep_for(std::chrono::milliseconds(uniform(ss.rng, 0, 4)));
     }
     co_return true;
 }
@@ -434,7 +434,7 @@ task<bool> read_expected(net::tcp_stream& s, session& ss, std::string_view expec
             ++ss.requests;
             ++next_end;
         }
-        if (ss.slow && chance(ss.rng, 0.3)) co_await sleep_for(std::chrono::milliseconds(uniform(ss.rng, 0, 4)));
+        if (ss.slow && chance(ss.rng, 0.3)) (void)co_await sleep_for(std::chrono::milliseconds(uniform(ss.rng, 0, 4)));
     }
     co_return true;
 }
@@ -610,7 +610,7 @@ task<bool> http_session(net::tcp_stream& s, session& ss, session_kind kind) {
         for (const http_exchange& e : exchanges) all += e.request;
         all.resize(uniform(rng, 1, all.size()));
         if (!co_await write_pieces(s, ss, all)) co_return false;
-        if (chance(rng, 0.3)) co_await sleep_for(std::chrono::milliseconds(uniform(rng, 0, 5)));
+        if (chance(rng, 0.3)) (void)co_await sleep_for(std::chrono::milliseconds(uniform(rng, 0, 5)));
         abort_connection(s);
         co_return true;
     }
@@ -692,7 +692,7 @@ task<void> worker(target& t, std::uint64_t seed) {
     std::mt19937_64 rng(seed);
     const std::stop_token stop = state->stop.get_token();
     while (!stop.stop_requested()) {
-        if (co_await t.open.wait(stop)) break;
+        if (!co_await t.open.wait(stop)) break;
         // The gate may have closed again between its opening and this resumption.
         if (!t.open.is_set() || stop.stop_requested()) continue;
         ++t.live;
@@ -710,7 +710,7 @@ task<bool> drain(target& t) {
     const auto until = steady::now() + 45s;
     while (t.live > 0) {
         if (steady::now() > until) co_return false;
-        co_await sleep_for(5ms);
+        (void)co_await sleep_for(5ms);
     }
     co_return true;
 }
@@ -721,7 +721,7 @@ task<void> sample_quiet(target& t) {
     const auto until = steady::now() + 3s;
     int fds = descriptor_count(t.proc.pid);
     while (fds > t.idle_fds && steady::now() < until) {
-        co_await sleep_for(10ms);
+        (void)co_await sleep_for(10ms);
         fds = descriptor_count(t.proc.pid);
     }
     t.last_fds = fds;
@@ -803,7 +803,7 @@ task<void> exhaust(target& t) {
     for (auto& c : conns) readers.spawn(await_answer(t, *c));
 
     // What the server can accept it has accepted and answered within a second.
-    co_await sleep_for(1s);
+    (void)co_await sleep_for(1s);
     const auto answered = [&] {
         return static_cast<std::size_t>(std::count_if(conns.begin(), conns.end(), [](const auto& c) { return c->answered; }));
     };
@@ -813,7 +813,7 @@ task<void> exhaust(target& t) {
     // accept backs off. A spinning accept would take a whole core.
     const double cpu_before = cpu_seconds(t.proc.pid);
     const auto measured_from = steady::now();
-    co_await sleep_for(2s);
+    (void)co_await sleep_for(2s);
     const double cpu = (cpu_seconds(t.proc.pid) - cpu_before) /
                        std::chrono::duration<double>(steady::now() - measured_from).count();
 
@@ -851,7 +851,7 @@ task<void> exhauster(target& t) {
     // No burst in the last 15 s: the run ends with a clean quiet point.
     while (at < o.duration_s - 15 && !stop.stop_requested()) {
         const auto when = state->start + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(at));
-        if (co_await sleep_until(when, stop)) break;
+        if (!co_await sleep_until(when, stop)) break;
         {
             result<mutex::guard> g = co_await t.exclusive.lock(stop);
             if (!g) break;
@@ -881,7 +881,7 @@ std::string errors_text(const counters& c) {
 /// Samples every 250 ms: the peaks between two quiet points, and whether a
 /// server died.
 task<void> watch(std::stop_token stop) {
-    while (!co_await sleep_for(250ms, stop)) {
+    while (co_await sleep_for(250ms, stop)) {
         for (auto& t : state->targets) {
             if (std::optional<int> status = exited(t->proc.pid)) {
                 t->exit_status = status;
@@ -952,10 +952,10 @@ task<void> reporter() {
     for (int i = 1;; ++i) {
         const auto next = state->start + std::chrono::seconds(static_cast<long>(i) * o.report_s);
         if (next >= end) break;
-        if (co_await sleep_until(next, stop)) break;
+        if (!co_await sleep_until(next, stop)) break;
         co_await report(false);
     }
-    if (!stop.stop_requested()) co_await sleep_until(end, stop);
+    if (!stop.stop_requested()) (void)co_await sleep_until(end, stop);
     state->stop.request_stop();
 }
 

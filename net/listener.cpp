@@ -38,7 +38,7 @@ result<unique_fd> listen_on(const address& at, const listen_options& options) {
     return fd;
 }
 
-std::error_code probe_port(const address& at) noexcept {
+result<void> probe_port(const address& at) noexcept {
     const bool ip = at.family() == address_family::ipv4 || at.family() == address_family::ipv6;
     if (!ip || at.port() == 0) return {};
     result<unique_fd> fd = open_socket(at.domain(), SOCK_STREAM);
@@ -87,7 +87,7 @@ task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token to
         result<int> woke = co_await with_timeout(backoff, spindle::wait_writable(listen_fd, token));
         if (woke) {
             // Not expected of a listening socket; keep the pace all the same.
-            if (std::error_code slept = co_await sleep_for(backoff, token)) co_return slept;
+            if (result<void> slept = co_await sleep_for(backoff, token); !slept) co_return slept.error();
         } else if (woke.error() != std::errc::timed_out) {
             co_return woke.error();
         }

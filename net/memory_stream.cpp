@@ -90,7 +90,7 @@ task<result<std::size_t>> read_from(std::shared_ptr<memory_link> link, int side,
         if (in.writer_done) co_return std::size_t{0};
         in.readable.reset();
         // Nothing was taken before the wait, so a cancelled read moved nothing.
-        if (std::error_code e = co_await in.readable.wait(token)) co_return e;
+        if (result<void> data = co_await in.readable.wait(token); !data) co_return data.error();
     }
 }
 
@@ -110,7 +110,7 @@ task<result<std::size_t>> write_to(std::shared_ptr<memory_link> link, int side, 
             co_return n;
         }
         out.writable.reset();
-        if (std::error_code e = co_await out.writable.wait(token)) co_return e;
+        if (result<void> room = co_await out.writable.wait(token); !room) co_return room.error();
     }
 }
 
@@ -137,7 +137,7 @@ task<result<void>> write_all_to(std::shared_ptr<memory_link> link, int side, std
             continue;
         }
         out.writable.reset();
-        if (std::error_code e = co_await out.writable.wait(token)) co_return e;
+        if (result<void> room = co_await out.writable.wait(token); !room) co_return room.error();
     }
 }
 

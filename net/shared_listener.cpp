@@ -107,7 +107,7 @@ result<shared_listener> shared_listener::bind(const loop_group& group, const add
         // group's sockets are then the only ones to share it (a server that
         // binds in the instant between the probe and our first bind still
         // gets in; the kernel offers no way to close that window).
-        if (std::error_code taken = detail::probe_port(at)) return taken;
+        if (result<void> free = detail::probe_port(at); !free) return free.error();
         options.reuse_port = true;
         address where = at;
         for (auto& l : s->loops) {

@@ -116,6 +116,14 @@ struct socket_pair {
     }
 };
 
+/// The error a result holds, empty on success: for tests that record an
+/// outcome as an error code. (A function, not `(co_await x).error()`, which
+/// g++ 12 rejects inside templates: docs/runtime.md.)
+template <class R>
+std::error_code error_of(const R& r) noexcept {
+    return r.error();
+}
+
 /// Counts live instances, to prove frames and their locals were destroyed.
 struct counted {
     static inline int alive = 0;

@@ -279,7 +279,7 @@ task<int> close_starved_main(close_report& r) {
     if (!first) co_return child_setup_failed;
     if (!no_room_left(saved)) co_return child_limit_failed;
     auto a1 = l.spawn(accept_once(*first, r.first_has_value, r.first_error));
-    co_await spindle::sleep_for(20ms);  // accept hit EMFILE and backs off
+    (void)co_await spindle::sleep_for(20ms);  // accept hit EMFILE and backs off
     r.first_parked = !a1.done();
     first->close();
     co_await a1;
@@ -290,7 +290,7 @@ task<int> close_starved_main(close_report& r) {
     if (!second) co_return child_setup_failed;
     const int number = second->native_handle();
     auto a2 = l.spawn(accept_once(*second, r.second_has_value, r.second_error));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     r.second_parked = !a2.done();
     if (::setrlimit(RLIMIT_NOFILE, &saved) != 0) co_return child_limit_failed;
     second->close();

@@ -166,10 +166,10 @@ TEST_CASE("borrowed read: 64 connections holding their buffers at once outgrow a
                         keep = std::move(*b);
                     }
                     if (++reads == connections) all_read.set();
-                    co_await all_read.wait();
+                    (void)co_await all_read.wait();
                 }(pairs[static_cast<std::size_t>(i)].server, held[static_cast<std::size_t>(i)], reads, all_read, got)));
         }
-        co_await spindle::sleep_for(10ms);  // every reader parked
+        (void)co_await spindle::sleep_for(10ms);  // every reader parked
         for (int i = 0; i < connections; ++i) {
             const std::string text = "connection " + std::to_string(i);
             result<void> sent = co_await pairs[static_cast<std::size_t>(i)].client.write_all(bytes_of(text));
@@ -227,7 +227,7 @@ std::uint64_t buffers_for_a_burst(const loop_options& options, int connections, 
                     }
                 }(pairs[static_cast<std::size_t>(i)].server, i, connections, reads, all_read, got)));
         }
-        co_await spindle::sleep_for(10ms);  // every reader parked, holding nothing
+        (void)co_await spindle::sleep_for(10ms);  // every reader parked, holding nothing
         // Sent in one go, without a suspension between: the loop looks at the
         // OS only after all of them, and finds every connection readable.
         for (int i = 0; i < connections; ++i) {
@@ -235,7 +235,7 @@ std::uint64_t buffers_for_a_burst(const loop_options& options, int connections, 
             const auto n = ::send(pairs[static_cast<std::size_t>(i)].client.native_handle(), text.data(), text.size(), MSG_NOSIGNAL);
             REQUIRE(n == static_cast<::ssize_t>(text.size()));
         }
-        co_await all_read.wait();
+        (void)co_await all_read.wait();
         for (auto& p : pairs) REQUIRE(p.client.shutdown_write().has_value());
         for (auto& r : readers) co_await r;
     }(listener, connections, got), 30s);
@@ -285,7 +285,7 @@ TEST_CASE("borrowed read: a cancelled read takes nothing, and the next read gets
             result<borrowed_buffer> b = co_await s.read_borrowed(token);
             got.cancelled = b.error();
         }(p.server, stop.get_token(), got));
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         stop.request_stop();
         co_await reader;
         result<void> sent = co_await p.client.write_all(bytes_of("still here"));
@@ -310,7 +310,7 @@ std::error_code waiting_read_error(void (*interrupt)(tcp_pair&)) {
             result<borrowed_buffer> b = co_await s.read_borrowed();
             error = b.error();
         }(p.server, error));
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         interrupt(p);
         co_await reader;
     }(listener, interrupt, error));

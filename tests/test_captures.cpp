@@ -15,7 +15,7 @@
 #include <spindle/task_group.hpp>
 #include <spindle/timeout.hpp>
 #include <spindle/when_all.hpp>
-#include <spindle/when_any.hpp>
+#include <spindle/race.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -129,7 +129,7 @@ TEST_CASE("spawn, task_group, with_timeout, when_all, race of tasks, generators:
             std::vector<task<int>> many;
             for (int i = 0; i < 3; ++i) many.push_back(body());
             for (int v : co_await spindle::when_all(std::move(many))) sum += v;
-            auto won = co_await spindle::when_any(body(), value_of(tracked{}));
+            auto won = co_await spindle::race(body(), value_of(tracked{}));
             sum += won.index() == 0 ? std::get<0>(won) : std::get<1>(won);
             async_generator<int> gen = values(tracked{}, 2);
             while (auto v = co_await gen.next()) sum += *v;
@@ -147,7 +147,7 @@ TEST_CASE("spawn, task_group, with_timeout, when_all, race of tasks, generators:
             for (int v : co_await spindle::when_all(std::vector<task<int>>{}))  // empty: gives nothing
                 sum += v;
             sum += 3 * 7;  // the named form's vector of three
-            auto won = co_await spindle::when_any([t = tracked{}]() -> task<int> { co_return t.value(); }(),
+            auto won = co_await spindle::race([t = tracked{}]() -> task<int> { co_return t.value(); }(),
                                                   value_of(tracked{}));
             sum += won.index() == 0 ? std::get<0>(won) : std::get<1>(won);
             // The value lives in the generator's frame: read it in the same

@@ -34,6 +34,7 @@ using spindle::test::counted;
 using spindle::test::run_until;
 using spindle::test::run_with_watchdog;
 using spindle::test::settle;
+using spindle::test::error_of;
 
 namespace {
 
@@ -95,14 +96,14 @@ task<void> receive_timed(channel<T>& ch, outcome<T>& o, std::chrono::millisecond
 /// Sends `v` and keeps it afterwards, so the test can see what is left of it.
 template <class T>
 task<void> send_kept(channel<T>& ch, T& v, outcome<T>& o, std::vector<int>* order = nullptr, int id = 0, std::stop_token token = {}) {
-    o.error = co_await ch.send(std::move(v), std::move(token));
+    o.error = error_of(co_await ch.send(std::move(v), std::move(token)));
     o.done = true;
     if (order) order->push_back(id);
 }
 
 template <class T>
 task<void> send_kept_timed(channel<T>& ch, T& v, outcome<T>& o, std::chrono::milliseconds d) {
-    o.error = co_await with_timeout(d, ch.send(std::move(v)));
+    o.error = error_of(co_await with_timeout(d, ch.send(std::move(v))));
     o.done = true;
 }
 
@@ -129,14 +130,14 @@ TEST_CASE("channel: capacity, a capacity of 0 is a logic_error, the error catego
 TEST_CASE("channel: try_send and try_receive keep FIFO order; full and empty would block", "[channel]") {
     channel<int> ch(3);
     CHECK(ch.try_receive().error() == would_block);
-    CHECK(ch.try_send(1) == no_error);
-    CHECK(ch.try_send(2) == no_error);
+    CHECK(ch.try_send(1).error() == no_error);
+    CHECK(ch.try_send(2).error() == no_error);
     const int three = 3;
-    CHECK(ch.try_send(three) == no_error);  // a copy
+    CHECK(ch.try_send(three).error() == no_error);  // a copy
     CHECK(ch.size() == 3);
-    CHECK(ch.try_send(4) == would_block);
+    CHECK(ch.try_send(4).error() == would_block);
     CHECK(*ch.try_receive() == 1);
-    CHECK(ch.try_send(4) == no_error);
+    CHECK(ch.try_send(4).error() == no_error);
     CHECK(*ch.try_receive() == 2);
     CHECK(*ch.try_receive() == 3);
     CHECK(*ch.try_receive() == 4);
@@ -144,15 +145,15 @@ TEST_CASE("channel: try_send and try_receive keep FIFO order; full and empty wou
 
     // The ring wraps around many times without reallocating or reordering.
     for (int i = 0; i < 1000; ++i) {
-        REQUIRE(ch.try_send(i) == no_error);
-        REQUIRE(ch.try_send(i + 1) == no_error);
+        REQUIRE(ch.try_send(i).error() == no_error);
+        REQUIRE(ch.try_send(i + 1).error() == no_error);
         REQUIRE(*ch.try_receive() == i);
         REQUIRE(*ch.try_receive() == i + 1);
     }
 
-    CHECK(ch.try_send(5) == no_error);
+    CHECK(ch.try_send(5).error() == no_error);
     ch.close();
-    CHECK(ch.try_send(6) == closed);
+    CHECK(ch.try_send(6).error() == closed);
     CHECK(*ch.try_receive() == 5);  // drained after close
     CHECK(ch.try_receive().error() == closed);
 }
@@ -161,13 +162,13 @@ TEST_CASE("channel: a failed try_send leaves a moved value with the caller", "[c
     channel<std::unique_ptr<int>> ch(1);
     auto a = std::make_unique<int>(1);
     auto b = std::make_unique<int>(2);
-    CHECK(ch.try_send(std::move(a)) == no_error);
+    CHECK(ch.try_send(std::move(a)).error() == no_error);
     CHECK_FALSE(a);
-    CHECK(ch.try_send(std::move(b)) == would_block);
+    CHECK(ch.try_send(std::move(b)).error() == would_block);
     REQUIRE(b);
     CHECK(*b == 2);
     ch.close();
-    CHECK(ch.try_send(std::move(b)) == closed);
+    CHECK(ch.try_send(std::move(b)).error() == closed);
     REQUIRE(b);
 }
 
@@ -180,7 +181,7 @@ TEST_CASE("channel: a sender hands its value directly to a waiting receiver, by 
     settle(l);
     CHECK_FALSE(o.done);
     tracked v(7);
-    CHECK(ch.try_send(std::move(v)) == no_error);
+    CHECK(ch.try_send(std::move(v)).error() == no_error);
     CHECK(ch.size() == 0);  // not through the buffer
     CHECK_FALSE(o.done);    // resumes in a later tick
     settle(l);
@@ -191,7 +192,7 @@ TEST_CASE("channel: a sender hands its value directly to a waiting receiver, by 
     // co_await send, through the buffer and back.
     auto round_trip = [](channel<tracked>& ch) -> task<int> {
         tracked x(11);
-        if (auto e = co_await ch.send(std::move(x))) co_return -1;
+        if (auto e = error_of(co_await ch.send(std::move(x)))) co_return -1;
         auto r = co_await ch.receive();
         co_return r ? r->v : -2;
     };
@@ -207,7 +208,7 @@ TEST_CASE("channel: receivers are served in the order they waited", "[channel]")
     std::vector<spindle::join_handle<void>> hs;
     for (int i = 0; i < 4; ++i) hs.push_back(l.spawn(receive_into(ch, o[static_cast<std::size_t>(i)], &order, i)));
     settle(l);
-    for (int i = 0; i < 4; ++i) REQUIRE(ch.try_send(100 + i) == no_error);
+    for (int i = 0; i < 4; ++i) REQUIRE(ch.try_send(100 + i).error() == no_error);
     settle(l);
     CHECK(order == std::vector<int>{0, 1, 2, 3});
     for (int i = 0; i < 4; ++i) CHECK(*o[static_cast<std::size_t>(i)].value == 100 + i);
@@ -255,8 +256,8 @@ TEST_CASE("channel: senders of a full channel wait in FIFO order and keep their 
 TEST_CASE("channel: close wakes blocked senders, who keep their values, and receivers, who drain first", "[channel][close]") {
     loop l;
     channel<std::unique_ptr<int>> ch(2);
-    REQUIRE(ch.try_send(std::make_unique<int>(1)) == no_error);
-    REQUIRE(ch.try_send(std::make_unique<int>(2)) == no_error);
+    REQUIRE(ch.try_send(std::make_unique<int>(1)).error() == no_error);
+    REQUIRE(ch.try_send(std::make_unique<int>(2)).error() == no_error);
     auto v3 = std::make_unique<int>(3);
     auto v4 = std::make_unique<int>(4);
     outcome<std::unique_ptr<int>> s3, s4;
@@ -317,7 +318,7 @@ struct no_loss_state {
 
 task<void> produce_then_close(no_loss_state& s, int from, int to) {
     for (int i = from; i < to; ++i)
-        if (co_await s.ch.send(std::move(i))) ++s.send_errors;
+        if (!co_await s.ch.send(std::move(i))) ++s.send_errors;
     if (--s.producers_left == 0) s.ch.close();
 }
 
@@ -349,7 +350,7 @@ TEST_CASE("channel: everything sent before close is received", "[channel][close]
 TEST_CASE("channel: a waiting sender in the middle cancelled by stop_token or with_timeout keeps its value", "[channel][cancel]") {
     loop l;
     channel<std::unique_ptr<int>> ch(1);
-    REQUIRE(ch.try_send(std::make_unique<int>(0)) == no_error);
+    REQUIRE(ch.try_send(std::make_unique<int>(0)).error() == no_error);
     std::vector<std::unique_ptr<int>> v;
     for (int i = 1; i <= 4; ++i) v.push_back(std::make_unique<int>(i));
     std::vector<outcome<std::unique_ptr<int>>> o(4);
@@ -392,9 +393,9 @@ TEST_CASE("channel: a waiting receiver in the middle cancelled by stop_token or 
     REQUIRE(run_until(l, [&] { return o[1].done && o[2].done; }));
     CHECK(o[1].error == canceled);
     CHECK(o[2].error == timed_out);
-    REQUIRE(ch.try_send(10) == no_error);
-    REQUIRE(ch.try_send(11) == no_error);
-    REQUIRE(ch.try_send(12) == no_error);
+    REQUIRE(ch.try_send(10).error() == no_error);
+    REQUIRE(ch.try_send(11).error() == no_error);
+    REQUIRE(ch.try_send(12).error() == no_error);
     settle(l);
     CHECK(*o[0].value == 10);
     CHECK(*o[3].value == 11);
@@ -408,13 +409,13 @@ TEST_CASE("channel: a cancel after the hand-off is ignored: the receiver keeps t
     std::stop_source rs;
     auto hr = l.spawn(receive_into(ch, r, nullptr, 0, rs.get_token()));
     settle(l);
-    REQUIRE(ch.try_send(5) == no_error);
+    REQUIRE(ch.try_send(5).error() == no_error);
     rs.request_stop();
     settle(l);
     CHECK(r.error == no_error);
     CHECK(*r.value == 5);
 
-    REQUIRE(ch.try_send(6) == no_error);  // full now
+    REQUIRE(ch.try_send(6).error() == no_error);  // full now
     int v = 7;
     outcome<int> s;
     std::stop_source ss;
@@ -432,7 +433,7 @@ TEST_CASE("channel: join_handle::cancel completes a parked send or receive; the 
     loop l;
     channel<int> empty(1);
     channel<int> full(1);
-    REQUIRE(full.try_send(1) == no_error);
+    REQUIRE(full.try_send(1).error() == no_error);
     outcome<int> r, s;
     int v = 2;
     auto hr = l.spawn(receive_into(empty, r), "receiver");
@@ -461,9 +462,9 @@ TEST_CASE("channel: a receiver aborted after the hand-off puts its value back in
         outcome<int> o;
         auto h = l.spawn(receive_into(ch, o));
         settle(l);
-        REQUIRE(ch.try_send(1) == no_error);  // handed to the receiver
-        REQUIRE(ch.try_send(2) == no_error);
-        REQUIRE(ch.try_send(3) == no_error);  // full
+        REQUIRE(ch.try_send(1).error() == no_error);  // handed to the receiver
+        REQUIRE(ch.try_send(2).error() == no_error);
+        REQUIRE(ch.try_send(3).error() == no_error);  // full
         h.abort();
         CHECK_FALSE(o.done);
         CHECK(ch.size() == 3);  // one past the capacity, nothing lost
@@ -476,7 +477,7 @@ TEST_CASE("channel: a receiver aborted after the hand-off puts its value back in
         auto ha = l.spawn(receive_into(ch, a));
         auto hb = l.spawn(receive_into(ch, b));
         settle(l);
-        REQUIRE(ch.try_send(1) == no_error);
+        REQUIRE(ch.try_send(1).error() == no_error);
         ha.abort();
         settle(l);
         CHECK(b.done);
@@ -488,8 +489,8 @@ TEST_CASE("channel: a receiver aborted after the hand-off puts its value back in
         std::vector<spindle::join_handle<void>> hs;
         for (auto& x : o) hs.push_back(l.spawn(receive_into(ch, x)));
         settle(l);
-        for (int i = 1; i <= 4; ++i) REQUIRE(ch.try_send(i) == no_error);
-        REQUIRE(ch.try_send(5) == no_error);
+        for (int i = 1; i <= 4; ++i) REQUIRE(ch.try_send(i).error() == no_error);
+        REQUIRE(ch.try_send(5).error() == no_error);
         hs[2].abort();
         hs[0].abort();
         hs[3].abort();
@@ -517,15 +518,15 @@ TEST_CASE("channel: destroying the loop with senders and receivers parked loses 
         values.emplace_back(6);
         {
             loop l;
-            REQUIRE(full.try_send(tracked(10)) == no_error);
-            REQUIRE(full.try_send(tracked(11)) == no_error);
+            REQUIRE(full.try_send(tracked(10)).error() == no_error);
+            REQUIRE(full.try_send(tracked(11)).error() == no_error);
             for (std::size_t i = 0; i < 2; ++i) (void)l.spawn(hold_counted_and(counted{}, send_kept(full, values[i], s[i])));
             for (auto& o : r) (void)l.spawn(hold_counted_and(counted{}, receive_into(handed, o)));
             settle(l);
-            REQUIRE(handed.try_send(tracked(1)) == no_error);  // to r[0]
-            REQUIRE(handed.try_send(tracked(2)) == no_error);  // to r[1]
-            REQUIRE(handed.try_send(tracked(3)) == no_error);
-            REQUIRE(handed.try_send(tracked(4)) == no_error);  // full
+            REQUIRE(handed.try_send(tracked(1)).error() == no_error);  // to r[0]
+            REQUIRE(handed.try_send(tracked(2)).error() == no_error);  // to r[1]
+            REQUIRE(handed.try_send(tracked(3)).error() == no_error);
+            REQUIRE(handed.try_send(tracked(4)).error() == no_error);  // full
             CHECK(counted::alive == 4);
         }
         CHECK(counted::alive == 0);
@@ -550,7 +551,7 @@ TEST_CASE("channel: destroying the channel closes it for its waiters; a receiver
     auto h0 = l.spawn(receive_into(*ch, r0));
     auto h1 = l.spawn(receive_into(*ch, r1));
     settle(l);
-    REQUIRE(ch->try_send(9) == no_error);  // handed to r0, not resumed
+    REQUIRE(ch->try_send(9).error() == no_error);  // handed to r0, not resumed
     ch.reset();
     settle(l);
     CHECK(r0.error == no_error);
@@ -558,7 +559,7 @@ TEST_CASE("channel: destroying the channel closes it for its waiters; a receiver
     CHECK(r1.error == closed);
 
     auto full = std::make_unique<channel<int>>(1);
-    REQUIRE(full->try_send(1) == no_error);
+    REQUIRE(full->try_send(1).error() == no_error);
     int v = 2;
     outcome<int> s;
     auto hs = l.spawn(send_kept(*full, v, s));
@@ -612,9 +613,9 @@ TEST_CASE("channel: destroying the loop when the channels live in a task's frame
             CHECK(st.full->size() == 1);
             // Two long strings handed to the receivers, which never run again,
             // a third buffered.
-            REQUIRE(st.handed->try_send(std::string(100, 'x')) == no_error);
-            REQUIRE(st.handed->try_send(std::string(100, 'y')) == no_error);
-            REQUIRE(st.handed->try_send(std::string(100, 'z')) == no_error);
+            REQUIRE(st.handed->try_send(std::string(100, 'x')).error() == no_error);
+            REQUIRE(st.handed->try_send(std::string(100, 'y')).error() == no_error);
+            REQUIRE(st.handed->try_send(std::string(100, 'z')).error() == no_error);
             CHECK(counted::alive == 4);  // the sender that filled the channel finished
         }
         CHECK(counted::alive == 0);
@@ -629,7 +630,7 @@ TEST_CASE("unbounded channel: sends never wait; 100,000 values come out in order
     auto ch = channel<std::string>::unbounded();
     auto body = [](channel<std::string>& ch) -> task<long> {
         for (int i = 0; i < 100'000; ++i)
-            if (co_await ch.send(std::to_string(i))) co_return -1;
+            if (!co_await ch.send(std::to_string(i))) co_return -1;
         if (ch.size() != 100'000) co_return -2;
         long in_order = 0;
         for (int i = 0; i < 100'000; ++i) {
@@ -645,7 +646,7 @@ TEST_CASE("unbounded channel: sends never wait; 100,000 values come out in order
     auto h = l.spawn(receive_into(ch, o));
     settle(l);
     CHECK_FALSE(o.done);
-    REQUIRE(ch.try_send(std::string("late")) == no_error);
+    REQUIRE(ch.try_send(std::string("late")).error() == no_error);
     settle(l);
     CHECK(*o.value == "late");
 }
@@ -672,7 +673,7 @@ struct pipeline {
 
 task<void> pipeline_producer(pipeline& p, int id) {
     for (std::uint64_t i = static_cast<std::uint64_t>(id); i < pipeline::items; i += pipeline::producers)
-        if (co_await p.ch.send(std::move(i))) ++p.send_errors;
+        if (!co_await p.ch.send(std::move(i))) ++p.send_errors;
     if (--p.producers_left == 0) p.ch.close();
 }
 
@@ -757,12 +758,12 @@ task<void> stress_producer(channel_stress& s, int id) {
                 case 0: {
                     std::stop_source src;
                     s.live.push_back(&src);
-                    e = co_await s.ch.send(std::move(v), src.get_token());
+                    e = error_of(co_await s.ch.send(std::move(v), src.get_token()));
                     std::erase(s.live, &src);
                     break;
                 }
-                case 1: e = co_await with_timeout(std::chrono::microseconds(s.rng() % 100), s.ch.send(std::move(v))); break;
-                default: e = co_await s.ch.send(std::move(v)); break;
+                case 1: e = error_of(co_await with_timeout(std::chrono::microseconds(s.rng() % 100), s.ch.send(std::move(v)))); break;
+                default: e = error_of(co_await s.ch.send(std::move(v))); break;
             }
             if (!e) {
                 // Now and then a pause, so receivers wait long enough to time out.
@@ -899,7 +900,7 @@ TEST_CASE("channel bridge: two threads post 100,000 items each into a channel wi
     auto local = [](channel<std::uint64_t>& ch) -> task<std::uint64_t> {
         std::uint64_t sent = 0;
         for (std::uint64_t i = 0;; ++i) {
-            if (co_await ch.send(2 * stride + i)) break;
+            if (!co_await ch.send(2 * stride + i)) break;
             ++sent;
         }
         co_return sent;

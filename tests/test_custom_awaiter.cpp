@@ -44,7 +44,7 @@ task<result<std::string>> fetch_counted(vendor::kv_client& client, std::string k
 }
 
 task<void> stop_after(std::stop_source& source, std::chrono::milliseconds d) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     source.request_stop();
 }
 

@@ -1,5 +1,5 @@
 // loop::tasks() and loop::dump_tasks(): what each task waits on (sleep, I/O,
-// signal, mutex, channel, event, join, task group, when_any, idle), the names
+// signal, mutex, channel, event, join, task group, race, idle), the names
 // given to spawn, ready and running tasks, and how long each has been parked.
 // Under virtual time the clock does not move while tasks run, so the dump's
 // numbers are exact.
@@ -11,7 +11,7 @@
 #include <spindle/mutex.hpp>
 #include <spindle/task_group.hpp>
 #include <spindle/testing.hpp>
-#include <spindle/when_any.hpp>
+#include <spindle/race.hpp>
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -93,9 +93,9 @@ task<void> join_it(join_handle<void>& h) {
     }
 }
 
-task<void> idle_once() { co_await spindle::idle(); }
+task<void> idle_once() { (void)co_await spindle::idle(); }
 
-task<void> race(spindle::event& ev) { (void)co_await spindle::when_any(sleep_for_long(20s), wait_for(ev)); }
+task<void> race_two(spindle::event& ev) { (void)co_await spindle::race(sleep_for_long(20s), wait_for(ev)); }
 
 task<void> group_of_two() {
     spindle::task_group g;
@@ -119,7 +119,7 @@ task<snapshot> every_wait(int sock, int signo) {
     REQUIRE(m.try_lock());
     spindle::channel<int> empty(1);
     spindle::channel<int> full(1);
-    REQUIRE(!full.try_send(1));
+    REQUIRE(!full.try_send(1).error());
     spindle::event ev;
     spindle::event never;
 
@@ -134,7 +134,7 @@ task<snapshot> every_wait(int sock, int signo) {
     hs.push_back(l.spawn(wait_for(ev), "waiter"));
     hs.push_back(l.spawn(join_it(hs[0]), "joiner"));
     hs.push_back(l.spawn(idle_once(), "idler"));
-    hs.push_back(l.spawn(race(never), "racer"));       // its children: tasks 14 and 15
+    hs.push_back(l.spawn(race_two(never), "racer"));       // its children: tasks 14 and 15
     hs.push_back(l.spawn(group_of_two(), "grouper"));  // its children: tasks 16 and 17
     hs.push_back(l.spawn(sleep_for_long(1h)));         // task 13, with no name
     // Yielding keeps a task ready, so the idler is not woken, nor the clock moved.
@@ -176,11 +176,11 @@ TEST_CASE("dump: every kind of wait, names, ready and running tasks", "[dump]") 
         "waiter: event",
         "joiner: join of task 2 (sleeper)",
         "idler: idle",
-        "racer: when_any of 2 tasks",
+        "racer: race of 2 tasks",
         "grouper: join of a task group of 2",
         "(unnamed): sleep, due in 3600000 ms",
-        "when_any: sleep, due in 20000 ms",
-        "when_any: event",
+        "race: sleep, due in 20000 ms",
+        "race: event",
         "group child: sleep, due in 30000 ms",
         "group child: sleep, due in 40000 ms",
         "fresh: ready",
@@ -203,7 +203,7 @@ TEST_CASE("dump: every kind of wait, names, ready and running tasks", "[dump]") 
     CHECK(snap.text.find("  task 18 'fresh': ready\n") != std::string::npos);
 
     CHECK(snap.after_set[7] == "waiter: ready");
-    CHECK(snap.after_set[14] == "when_any: event");  // a different event, still waited on
+    CHECK(snap.after_set[14] == "race: event");  // a different event, still waited on
 }
 
 task<std::vector<std::pair<std::string, std::chrono::nanoseconds>>> parked_times(int fd, std::chrono::nanoseconds step) {

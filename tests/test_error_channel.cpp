@@ -33,6 +33,7 @@ using spindle::test::make_socketpair;
 using spindle::test::regular_file;
 using spindle::test::tcp_listener;
 using spindle::test::run_with_watchdog;
+using spindle::test::error_of;
 
 namespace {
 
@@ -154,7 +155,7 @@ struct no_default {
 
 task<int> pass_no_default() {
     spindle::channel<no_default> ch(2);
-    std::error_code sent = co_await ch.send(no_default(41));
+    std::error_code sent = error_of(co_await ch.send(no_default(41)));
     if (sent) co_return -1;
     result<no_default> got = co_await ch.receive();
     if (!got) co_return -2;
@@ -228,7 +229,7 @@ TEST_CASE("error channel: a request the ring cannot queue completes with its err
     CHECK_FALSE(w.threw);
     CHECK(w.error == std::errc::device_or_resource_busy);
     // Time does not need the ring: a sleep still completes.
-    std::error_code slept = run_with_watchdog(l, []() -> task<std::error_code> { co_return co_await spindle::sleep_for(1ms); }());
+    std::error_code slept = run_with_watchdog(l, []() -> task<std::error_code> { co_return error_of(co_await spindle::sleep_for(1ms)); }());
     CHECK_FALSE(slept);
     // A signal wait whose source cannot be watched reports that as its error too.
     outcome sig = run_with_watchdog(l, outcome_of([] { return spindle::wait_signal(SIGUSR2); }));

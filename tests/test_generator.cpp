@@ -41,6 +41,7 @@ using spindle::test::run_until;
 using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 using spindle::test::socket_pair;
+using spindle::test::error_of;
 
 namespace {
 
@@ -78,7 +79,7 @@ async_generator<int> counting(int n) {
 
 async_generator<int> sleepy(int n) {
     for (int i = 0; i < n; ++i) {
-        std::error_code slept = co_await spindle::sleep_for(1ms);
+        std::error_code slept = error_of(co_await spindle::sleep_for(1ms));
         if (slept) co_return;
         co_yield i * 10;
     }
@@ -505,7 +506,7 @@ TEST_CASE("generator: after next(token)'s stop, later waits of the producer are 
             result<std::size_t> n = co_await spindle::read(f, std::as_writable_bytes(std::span(&c, 1)));
             st.read_error = n.error();
             // Inside the cancelled scope: cancelled at once, not after an hour.
-            st.sleep_error = co_await spindle::sleep_for(1h);
+            st.sleep_error = error_of(co_await spindle::sleep_for(1h));
             co_yield n.error();  // a result-style error, as a value
             (void)co_await spindle::sleep_for(1ms);  // outside next(token): sleeps
             co_yield 5;

@@ -141,13 +141,13 @@ task<void> rt_reader(int fd, round_trip_state& s) {
 }
 
 task<void> rt_writer(spindle::unique_fd fd, round_trip_state& s) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     CHECK(s.reader_waiting);
     s.read_done_before_write = s.read_done;
     auto w = co_await spindle::write(fd.get(), bytes_of("hello spindle"));
     REQUIRE(w.has_value());
     CHECK(*w == 13u);
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     fd.reset();  // the reader's next read sees end of file
 }
 
@@ -171,7 +171,7 @@ struct sync_state {
 };
 
 task<void> late_write(int fd, std::string_view text) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
 }
 
@@ -229,7 +229,7 @@ task<void> vec_reader(int fd, vec_state& s) {
 
 task<void> vec_main(int a, int b, vec_state& s) {
     auto reader = loop::current().spawn(vec_reader(b, s));
-    co_await spindle::sleep_for(10ms);  // the reader parks on an empty socket
+    (void)co_await spindle::sleep_for(10ms);  // the reader parks on an empty socket
     s.read_done_before_write = reader.done();
     char p1[] = "abc";
     char p2[] = "defg";
@@ -242,7 +242,7 @@ task<void> vec_main(int a, int b, vec_state& s) {
 }
 
 task<void> answer_later(int fd) {
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     auto w = co_await spindle::send(fd, bytes_of("pong"));
     REQUIRE(w.has_value());
 }
@@ -296,7 +296,7 @@ task<void> msg_receiver(int fd, msg_state& s) {
 
 task<void> msg_main(int a, int b, int passed_fd, msg_state& s) {
     auto receiver = loop::current().spawn(msg_receiver(b, s));
-    co_await spindle::sleep_for(10ms);  // parked in recvmsg
+    (void)co_await spindle::sleep_for(10ms);  // parked in recvmsg
     CHECK_FALSE(receiver.done());
     char header[] = "HEAD:";
     char body[] = "payload";
@@ -371,7 +371,7 @@ task<void> tcp_server(int lfd, tcp_state& s) {
 }
 
 task<void> tcp_client(tcp_state& s, const spindle::join_handle<void>& server) {
-    co_await spindle::sleep_for(10ms);  // the server parks in accept first
+    (void)co_await spindle::sleep_for(10ms);  // the server parks in accept first
     s.accept_done_before_connect = server.done();
     spindle::unique_fd fd(tcp_socket());
     auto c = co_await spindle::connect(fd.get(), sa(s.listen_addr), sizeof s.listen_addr);
@@ -411,7 +411,7 @@ struct reset_state {
 };
 
 task<void> reset_peer(spindle::unique_fd conn, const spindle::join_handle<void>& receiver, reset_state& s) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.recv_done_before_reset = receiver.done();
     ::linger lg{1, 0};  // close with RST instead of FIN
     REQUIRE(::setsockopt(conn.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
@@ -574,7 +574,7 @@ task<void> readiness_main(int rfd, int wfd, ready_state& s) {
     loop& l = loop::current();
     // Readable: parks on the empty pipe, wakes on a write.
     auto waiter = l.spawn(readable_waiter(rfd, s.readable_result));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.readable_done_before_write = waiter.done();
     REQUIRE(::write(wfd, "r", 1) == 1);
     co_await waiter;
@@ -599,7 +599,7 @@ task<void> readiness_main(int rfd, int wfd, ready_state& s) {
     }
     REQUIRE(::write(wfd, chunk.data(), 1) == -1);  // really full
     auto wwaiter = l.spawn(writable_waiter(wfd, s.writable_result));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.writable_done_before_drain = wwaiter.done();
     for (int i = 0; i < 1024; ++i)
         if (::read(rfd, chunk.data(), chunk.size()) <= 0) break;
@@ -640,8 +640,8 @@ void on_watch(void* p) {
 /// Waits (bounded) until `calls` reaches `want`, then a little longer so that
 /// extra callbacks would show.
 task<void> await_calls(const int& calls, int want) {
-    for (int i = 0; i < 400 && calls < want; ++i) co_await spindle::sleep_for(5ms);
-    co_await spindle::sleep_for(20ms);
+    for (int i = 0; i < 400 && calls < want; ++i) (void)co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(20ms);
 }
 
 /// Writes one byte per round and waits for the callback that round should
@@ -660,8 +660,8 @@ task<void> two_watchers_round(int w1, int w2, const watch_ctx& x, const watch_ct
     // in the same poll, and whichever callback runs first stops the other.
     REQUIRE(::write(w1, "1", 1) == 1);
     REQUIRE(::write(w2, "2", 1) == 1);
-    for (int i = 0; i < 400 && x.calls + y.calls < 1; ++i) co_await spindle::sleep_for(5ms);
-    co_await spindle::sleep_for(30ms);
+    for (int i = 0; i < 400 && x.calls + y.calls < 1; ++i) (void)co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(30ms);
     total = x.calls + y.calls;
 }
 
@@ -682,17 +682,17 @@ std::size_t fill_socket(int fd) {
 }
 
 task<void> drain_later(int fd, const int& calls, int& calls_before_drain) {
-    co_await spindle::sleep_for(30ms);
+    (void)co_await spindle::sleep_for(30ms);
     calls_before_drain = calls;
     drain_fd(fd);
     co_await await_calls(calls, 1);
 }
 
 task<void> close_watched(loop& l, int fd, bool& had_work_before) {
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     had_work_before = l.has_work();
     l.close_fd(fd);
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
 }
 
 
@@ -776,7 +776,7 @@ task<void> cancellable_read(int fd, std::stop_token token, cancel_state& s) {
 }
 
 task<void> stop_after(std::stop_source& src, const spindle::join_handle<void>& reader, cancel_state& s) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.done_before_cancel = reader.done();
     src.request_stop();
 }
@@ -795,14 +795,14 @@ task<void> stop_token_main(int rfd, cancel_state& s, cancel_state& pre) {
 }
 
 task<void> close_after(loop& l, int fd, const spindle::join_handle<void>& reader, cancel_state& s) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.done_before_cancel = reader.done();
     l.close_fd(fd);
     s.closed_after = !is_fd_open(fd);
 }
 
 task<void> reset_after(spindle::unique_fd& fd, const spindle::join_handle<void>& reader, cancel_state& s) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.done_before_cancel = reader.done();
     int raw = fd.get();
     fd.reset();
@@ -859,14 +859,14 @@ task<void> abort_main(int rfd, int wfd, abort_state& s) {
     loop& l = loop::current();
     const int base = spindle::test::counted::alive;
     auto h = l.spawn(parked_reader(rfd, s.resumed), "parked");
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     s.alive_parked = spindle::test::counted::alive - base;
     h.abort();
     s.alive_after_abort = spindle::test::counted::alive - base;
     s.done_after_abort = h.done();
     REQUIRE(::write(wfd, "late", 4) == 4);
     // Let the loop poll a few times: the edge must find nobody to resume.
-    for (int i = 0; i < 5; ++i) co_await spindle::sleep_for(5ms);
+    for (int i = 0; i < 5; ++i) (void)co_await spindle::sleep_for(5ms);
     std::array<char, 16> buf{};
     ssize_t n = ::read(rfd, buf.data(), buf.size());
     if (n > 0) s.left_in_pipe.assign(buf.data(), static_cast<std::size_t>(n));

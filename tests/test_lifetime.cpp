@@ -23,6 +23,7 @@ using namespace std::chrono_literals;
 using steady = spindle::clock;
 using spindle::task;
 using spindle::test::counted;
+using spindle::test::error_of;
 
 namespace {
 
@@ -36,7 +37,7 @@ using spindle::test::socket_pair;
 task<void> park_sleeping(int fd, bool& passed) {
     counted c;
     spindle::unique_fd own(fd);
-    auto ec = co_await spindle::sleep_for(1h);
+    std::error_code ec = error_of(co_await spindle::sleep_for(1h));
     (void)ec;
     passed = true;
 }
@@ -62,7 +63,7 @@ task<void> park_idle(int fd, bool& passed) {
     counted c;
     spindle::unique_fd own(fd);
     // Idle waiters are woken whenever nothing else runs: keep coming back (bounded).
-    for (int i = 0; i < 1'000'000; ++i) co_await spindle::idle();
+    for (int i = 0; i < 1'000'000; ++i) (void)co_await spindle::idle();
     passed = true;
 }
 
@@ -76,7 +77,7 @@ task<void> park_signal(int fd, bool& passed) {
 
 task<void> sleep_nested(bool& passed) {
     counted c;
-    co_await spindle::sleep_for(1h);
+    (void)co_await spindle::sleep_for(1h);
     passed = true;
 }
 
@@ -106,7 +107,7 @@ struct batch_abort {
 };
 
 task<void> aborter(steady::time_point when, batch_abort& s) {
-    co_await spindle::sleep_until(when);
+    (void)co_await spindle::sleep_until(when);
     // Both timers fired in the phase that woke us: the victim is in this tick's batch.
     s.timers_left_at_abort = spindle::loop::current().timer_count();
     s.victim.abort();
@@ -115,7 +116,7 @@ task<void> aborter(steady::time_point when, batch_abort& s) {
 
 task<void> batch_victim(steady::time_point when, bool& passed) {
     counted c;
-    co_await spindle::sleep_until(when);
+    (void)co_await spindle::sleep_until(when);
     passed = true;
 }
 
@@ -161,7 +162,7 @@ task<void> read_one(int fd, bool& passed) {
 // --- join handles ---------------------------------------------------------------
 
 task<int> sleepy_int() {
-    co_await spindle::sleep_for(1h);
+    (void)co_await spindle::sleep_for(1h);
     co_return 1;
 }
 
@@ -218,7 +219,7 @@ struct dropped_join {
 std::string long_text() { return std::string(64, 'r'); }
 
 task<std::string> text_at(steady::time_point when) {
-    co_await spindle::sleep_until(when);
+    (void)co_await spindle::sleep_until(when);
     co_return long_text();
 }
 
@@ -242,7 +243,7 @@ task<std::string> take_text(spindle::join_handle<std::string>& h) { co_return co
 // finished task's header been freed (the handle is gone), new tasks' headers
 // and frames would take its memory before the joiner reads its result.
 task<void> spawn_others(steady::time_point when, dropped_join& s) {
-    co_await spindle::sleep_until(when);
+    (void)co_await spindle::sleep_until(when);
     for (int i = 0; i < 4; ++i) s.others.push_back(spindle::loop::current().spawn(other_text()));
 }
 
@@ -269,7 +270,7 @@ task<int> abort_awaiting_parent(aborting_child& s) {
 
 task<int> sleep_then_int(bool& passed) {
     counted c;
-    co_await spindle::sleep_for(1h);
+    (void)co_await spindle::sleep_for(1h);
     passed = true;
     co_return 1;
 }

@@ -29,6 +29,7 @@ using spindle::loop_group_options;
 using spindle::result;
 using spindle::task;
 using spindle::test::run_with_watchdog;
+using spindle::test::error_of;
 
 namespace {
 
@@ -183,7 +184,7 @@ TEST_CASE("submit_to gives the value, the result, the void, or the exception of 
             s.thrown = e.what();
         }
         result<int> t = co_await spindle::submit_to(1, []() -> task<int> {
-            co_await spindle::sleep_for(1ms);
+            (void)co_await spindle::sleep_for(1ms);
             co_return static_cast<int>(loop_group::current_index()) + 100;
         });
         s.from_task = t ? *t : -1;
@@ -216,7 +217,7 @@ TEST_CASE("submit_to_all runs a copy on every loop and gives the outcomes in loo
         std::vector<result<std::size_t>> r = co_await spindle::submit_to_all([] { return loop_group::current_index(); });
         for (auto& x : r) where.push_back(x ? *x : 99);
         std::vector<result<int>> t = co_await spindle::submit_to_all([]() -> task<int> {
-            co_await spindle::sleep_for(1ms);
+            (void)co_await spindle::sleep_for(1ms);
             co_return static_cast<int>(loop_group::current_index()) * 10;
         });
         for (auto& x : t) tasks.push_back(x ? *x : -1);
@@ -287,7 +288,7 @@ task<void> caller(pair_record& p, std::size_t to, std::uint64_t count, std::uint
             const auto nap = std::chrono::microseconds(rng() % 100);
             r = co_await spindle::with_timeout(50us, spindle::submit_to(to, [on_callee, nap]() -> task<std::uint64_t> {
                 const std::uint64_t v = on_callee(true);
-                co_await spindle::sleep_for(nap);
+                (void)co_await spindle::sleep_for(nap);
                 co_return v;
             }));
         } else {
@@ -372,7 +373,7 @@ TEST_CASE("a caller with every credit in use waits for one; nothing is dropped",
             while (!release.load()) std::this_thread::sleep_for(1ms);
             co_return;
         }
-        while (!callee_blocked.load()) co_await spindle::sleep_for(1ms);
+        while (!callee_blocked.load()) (void)co_await spindle::sleep_for(1ms);
         std::vector<task<int>> calls;
         for (int i = 0; i < 100; ++i)
             calls.push_back([](int i) -> task<int> {
@@ -380,7 +381,7 @@ TEST_CASE("a caller with every credit in use waits for one; nothing is dropped",
                 co_return r ? *r : -1;
             }(i));
         auto all = spindle::loop::current().spawn(spindle::when_all(std::move(calls)));
-        co_await spindle::sleep_for(20ms);
+        (void)co_await spindle::sleep_for(20ms);
         const std::string dump = spindle::loop::current().dump_tasks();
         for (std::size_t at = dump.find("waiting for a free slot"); at != std::string::npos;
              at = dump.find("waiting for a free slot", at + 1))
@@ -401,18 +402,18 @@ TEST_CASE("cancelling a call cancels the task it started on the other loop", "[l
     CHECK(g.run([&](std::stop_token stop) -> task<void> {
         if (loop_group::current_index() == 1) {
             // Stay until loop 0 is done, so the cancel finds the task running.
-            co_await spindle::sleep_for(10s, stop);
+            (void)co_await spindle::sleep_for(10s, stop);
             co_return;
         }
         const auto start = std::chrono::steady_clock::now();
         result<int> r = co_await spindle::with_timeout(20ms, spindle::submit_to(1, [&remote_outcome]() -> task<int> {
-            std::error_code e = co_await spindle::sleep_for(10s);
+            std::error_code e = error_of(co_await spindle::sleep_for(10s));
             remote_outcome.store(e ? 2 : 1);
             co_return 1;
         }));
         took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
         caller_saw = r ? std::error_code{} : r.error();
-        for (int i = 0; i < 2000 && remote_outcome.load() == 0; ++i) co_await spindle::sleep_for(1ms);
+        for (int i = 0; i < 2000 && remote_outcome.load() == 0; ++i) (void)co_await spindle::sleep_for(1ms);
         loop_group::current().stop();
     }) == 0);
     CHECK(caller_saw == std::errc::timed_out);
@@ -438,13 +439,13 @@ TEST_CASE("stop() from another thread ends every main; loops go with their parke
             spindle::loop::current()
                 .spawn([](std::size_t to) -> task<void> {
                     (void)co_await spindle::submit_to(to, []() -> task<int> {
-                        co_await spindle::sleep_for(1h);
+                        (void)co_await spindle::sleep_for(1h);
                         co_return 0;
                     });
                 }((me + 1) % n))
                 .detach();
             parked.fetch_add(1);
-            woke[me] = co_await spindle::sleep_for(1h, stop);
+            woke[me] = error_of(co_await spindle::sleep_for(1h, stop));
         });
         stopper.join();
         CHECK(status == 0);
@@ -507,7 +508,7 @@ TEST_CASE("SIGTERM stops the whole group once; every loop closes up and run() re
         ready.fetch_add(1);
         (void)co_await spindle::sleep_for(1h, stop);
         // What a service does on the way out: its own closing work.
-        co_await spindle::sleep_for(1ms);
+        (void)co_await spindle::sleep_for(1ms);
         cleaned[loop_group::current_index()] = 1;
     });
     sender.join();

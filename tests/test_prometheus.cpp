@@ -248,7 +248,7 @@ TEST_CASE("a real loop's snapshots before and after some work: valid, and no cou
     spindle::loop l(options);
     const prom::exposition before = checked(spindle::to_prometheus(l.metrics()));
     l.block_on([]() -> spindle::task<void> {
-        for (int i = 0; i < 20; ++i) co_await spindle::sleep_for(1ms);
+        for (int i = 0; i < 20; ++i) (void)co_await spindle::sleep_for(1ms);
         for (int i = 0; i < 100; ++i) co_await spindle::yield();
     }());
     const prom::exposition after = checked(spindle::to_prometheus(l.metrics()));

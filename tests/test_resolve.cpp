@@ -106,7 +106,7 @@ task<void> cancel_main(cancel_state& s) {
     stop.request_stop();
     co_await resolver;
     // Let the worker finish and its answer be dropped.
-    co_await spindle::sleep_for(200ms);
+    (void)co_await spindle::sleep_for(200ms);
 
     std::stop_source already;
     already.request_stop();

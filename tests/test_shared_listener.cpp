@@ -172,7 +172,7 @@ TEST_CASE("a closed connection stops counting as live", "[shared_listener][threa
         std::vector<net::tcp_stream> held;
         auto closer = spindle::loop::current().spawn([](std::vector<net::tcp_stream>& held, std::atomic<int>& phase,
                                                         std::stop_token stop) -> task<void> {
-            while (phase.load() == 0 && !stop.stop_requested()) co_await spindle::sleep_for(1ms);
+            while (phase.load() == 0 && !stop.stop_requested()) (void)co_await spindle::sleep_for(1ms);
             for (auto& s : held) s.close();
         }(held, phase, stop));
         for (;;) {
@@ -201,9 +201,9 @@ TEST_CASE("close() on a loop ends the accept waiting there with operation_cancel
         const int status = g.run([&](std::stop_token stop) -> task<void> {
             const std::size_t me = loop_group::current_index();
             // Loop 0 accepts first (it is the accepting loop of least_loaded).
-            if (me == 1) co_await spindle::sleep_for(5ms);
+            if (me == 1) (void)co_await spindle::sleep_for(5ms);
             auto closer = spindle::loop::current().spawn([](net::shared_listener l) -> task<void> {
-                co_await spindle::sleep_for(20ms);  // the accept is parked by then
+                (void)co_await spindle::sleep_for(20ms);  // the accept is parked by then
                 l.close();
             }(listener));
             // With a deadline, so a close that does not reach the accept fails

@@ -105,12 +105,12 @@ task<void> waiter(int signo, std::stop_token token, wait_result& out) {
 }
 
 task<void> stop_later(std::stop_source& src, std::chrono::milliseconds delay) {
-    co_await spindle::sleep_for(delay);
+    (void)co_await spindle::sleep_for(delay);
     src.request_stop();
 }
 
 task<void> signal_later(int signo, std::chrono::milliseconds delay) {
-    co_await spindle::sleep_for(delay);
+    (void)co_await spindle::sleep_for(delay);
     REQUIRE(::raise(signo) == 0);
 }
 
@@ -127,7 +127,7 @@ task<void> ticker(long& count, const bool& stop) {
 
 task<void> wake_main(int signo, bool use_kill, wait_result& res, bool& parked_at_send) {
     auto w = loop::current().spawn(waiter(signo, {}, res), "waiter");
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     parked_at_send = !w.done();
     REQUIRE(send_signal(signo, use_kill) == 0);
     co_await w;
@@ -137,7 +137,7 @@ task<void> several_main(int signo, std::array<wait_result, 3>& res, bool& all_pa
     loop& l = loop::current();
     std::array<spindle::join_handle<void>, 3> hs;
     for (std::size_t i = 0; i < hs.size(); ++i) hs[i] = l.spawn(waiter(signo, {}, res[i]));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     all_parked = !hs[0].done() && !hs[1].done() && !hs[2].done();
     REQUIRE(::raise(signo) == 0);  // one delivery
     for (auto& h : hs) co_await h;
@@ -164,16 +164,16 @@ task<void> kept_main(int signo, kept_state& s) {
 
     l.catch_signal(signo);
     REQUIRE(::raise(signo) == 0);
-    co_await spindle::sleep_for(20ms);  // the loop reads it while nobody waits
+    (void)co_await spindle::sleep_for(20ms);  // the loop reads it while nobody waits
     long before = s.ticks;
     co_await waiter(signo, {}, s.first);
     s.first_moved = s.ticks - before;
 
     // Two deliveries while nobody waits (each read by the loop) count as one.
     REQUIRE(::raise(signo) == 0);
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     REQUIRE(::raise(signo) == 0);
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     before = s.ticks;
     co_await waiter(signo, {}, s.second);
     s.second_moved = s.ticks - before;
@@ -202,13 +202,13 @@ task<void> cancel_main(int signo, cancel_state& s) {
     loop& l = loop::current();
     std::stop_source src;
     auto w = l.spawn(waiter(signo, src.get_token(), s.cancelled), "waiter");
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.parked_at_stop = !w.done();
     src.request_stop();
     co_await w;
     // The cancelled waiter is gone: a delivery now has nobody to wake and is kept.
     REQUIRE(::raise(signo) == 0);
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     co_await waiter(signo, {}, s.kept);
     // A token stopped before the wait: cancelled at once.
     std::stop_source pre;
@@ -389,7 +389,7 @@ task<void> set_waiter(spindle::signal_set signals, std::stop_token token, wait_r
 task<void> set_wake_main(bool use_kill, wait_result& first, wait_result& second, bool& parked_at_send) {
     loop& l = loop::current();
     auto w = l.spawn(set_waiter({SIGUSR1, SIGUSR2}, {}, first), "waiter");
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     parked_at_send = !w.done();
     REQUIRE(send_signal(SIGUSR2, use_kill) == 0);
     co_await w;
@@ -417,7 +417,7 @@ task<void> set_kept_main(set_kept_state& s) {
     l.catch_signal(SIGUSR2);
     REQUIRE(::raise(SIGUSR2) == 0);
     REQUIRE(::raise(SIGUSR1) == 0);
-    co_await spindle::sleep_for(20ms);  // both read while nobody waits: both kept
+    (void)co_await spindle::sleep_for(20ms);  // both read while nobody waits: both kept
     long before = s.ticks;
     co_await set_waiter({SIGUSR1, SIGUSR2}, {}, s.first);  // the lowest first
     s.first_moved = s.ticks - before;
@@ -443,12 +443,12 @@ task<void> mixed_main(mixed_state& s) {
     auto a = l.spawn(waiter(SIGUSR1, {}, s.single));
     auto b = l.spawn(set_waiter({SIGUSR1, SIGUSR2}, {}, s.both));
     auto c = l.spawn(set_waiter(spindle::signal_set{SIGUSR2}, {}, s.other));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.parked = !a.done() && !b.done() && !c.done();
     REQUIRE(::raise(SIGUSR1) == 0);  // one delivery: the single waiter and the set with SIGUSR1
     co_await a;
     co_await b;
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.other_parked_after_first = !c.done();
     REQUIRE(::raise(SIGUSR2) == 0);
     co_await c;
@@ -457,7 +457,7 @@ task<void> mixed_main(mixed_state& s) {
     auto r = co_await spindle::with_timeout(20ms, spindle::wait_signal({SIGUSR1, SIGUSR2}));
     s.after_cancel.error = r.error();
     REQUIRE(::raise(SIGUSR2) == 0);
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     co_await set_waiter({SIGUSR1, SIGUSR2}, {}, s.other_later);
 }
 

@@ -95,7 +95,7 @@ task<void> echo_client(int fd, int rounds, std::atomic<long>& matched, std::atom
 /// Sleeps `times` times, so the loop also waits on timers throughout.
 task<void> napper(int times, std::atomic<int>& naps) {
     for (int i = 0; i < times; ++i) {
-        co_await spindle::sleep_for(200us);
+        (void)co_await spindle::sleep_for(200us);
         naps.fetch_add(1, std::memory_order_relaxed);
     }
 }
@@ -143,7 +143,7 @@ TEST_CASE("a single-thread loop sleeps, and wakes for a post from another thread
         where.store(&l);
         loop::hold keep(l);
         l.spawn([](std::atomic<bool>& built) -> task<void> {
-            co_await spindle::sleep_for(1ms);
+            (void)co_await spindle::sleep_for(1ms);
             built.store(true);
         }(built)).detach();
         l.run();
@@ -217,7 +217,7 @@ TEST_CASE("single_thread: posts from 4 threads run exactly once while the loop e
         // The client may finish before or after the producers: whichever is
         // last releases the hold.
         auto finisher = l.spawn([](std::atomic<bool>& finished, auto& release) -> task<void> {
-            while (!finished.load()) co_await spindle::sleep_for(1ms);
+            while (!finished.load()) (void)co_await spindle::sleep_for(1ms);
             release();
         }(client_finished, release_when_all_done), "finisher");
         go = true;
@@ -294,7 +294,7 @@ TEST_CASE("single_thread: a loop that waits on timers only wakes for each of the
     const auto t0 = spindle::clock::now();
     l.block_on([](std::vector<double>& woke_after, spindle::clock::time_point t0) -> task<void> {
         for (int i = 1; i <= 5; ++i) {
-            co_await spindle::sleep_for(10ms);
+            (void)co_await spindle::sleep_for(10ms);
             woke_after.push_back(ms_since(t0));
         }
     }(woke_after, t0));

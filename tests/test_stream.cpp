@@ -42,6 +42,7 @@ using spindle::test::pattern_mismatch;
 using spindle::test::run_with_watchdog;
 using spindle::test::text_of;
 namespace net = spindle::net;
+using spindle::test::error_of;
 
 
 namespace {
@@ -133,7 +134,7 @@ task<void> conformance_main(conformance_state& s) {
     // A stop request ends a parked read with operation_canceled.
     std::stop_source stop;
     auto stopper = loop::current().spawn([](std::stop_source& stop) -> task<void> {
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         stop.request_stop();
     }(stop));
     std::array<std::byte, 64> buf{};
@@ -143,7 +144,7 @@ task<void> conformance_main(conformance_state& s) {
 
     // A token already stopped fails at once, even with bytes waiting.
     REQUIRE_OK(co_await a.write_all(bytes_of("four\n"), {}));
-    co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(5ms);
     n = co_await b.read_some(buf, stop.get_token());
     s.stopped_early = n.error();
     result<std::string_view> late = co_await reader.read_until("\n", 100);
@@ -168,7 +169,7 @@ task<void> conformance_main(conformance_state& s) {
         result<std::size_t> n = co_await a.read_some(buf, {});
         e = n.error();
     }(a, s.closed_under_read));
-    co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(5ms);
     a.close();
     co_await parked;
     s.closed_is_open = a.is_open();
@@ -222,7 +223,7 @@ task<void> bulk_main(bulk_state& s) {
     auto writer = loop::current().spawn([](net::memory_stream& a, std::span<const std::byte> out) -> task<void> {
         REQUIRE_OK(co_await a.write_all(out, {}));
     }(a, out));
-    co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(5ms);
     s.writer_done_before_reading = writer.done();
     s.peak_unread = a.unread_by_peer();
     std::array<std::byte, 1000> buf{};
@@ -276,7 +277,7 @@ task<void> partial_main(partial_state& s) {
     s.full_timed_out = n.error();
     std::stop_source stop;
     auto stopper = loop::current().spawn([](std::stop_source& stop) -> task<void> {
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         stop.request_stop();
     }(stop));
     result<void> w = co_await a.write_all(bytes_of("yz"), stop.get_token());
@@ -329,7 +330,7 @@ task<void> close_main(close_state& s) {
             result<void> w = co_await b.write_all(bytes_of("more"), {});
             e = w.error();
         }(b, s.parked_peer_write));
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         a.close();
         co_await parked;
         s.dropped_unread = b.unread_by_peer();
@@ -340,8 +341,8 @@ task<void> close_main(close_state& s) {
         n = co_await b.read_some(buf, {});
         REQUIRE(n.has_value());
         s.peer_eof = *n;
-        s.peer_write = (co_await b.write_some(bytes_of("x"), {})).error();
-        s.own_read = (co_await a.read_some(buf, {})).error();
+        s.peer_write = error_of(co_await b.write_some(bytes_of("x"), {}));
+        s.own_read = error_of(co_await a.read_some(buf, {}));
         s.own_shutdown = a.shutdown_write().error();
     }
     {
@@ -351,10 +352,10 @@ task<void> close_main(close_state& s) {
             result<void> w = co_await a.write_all(bytes_of("c"), {});
             e = w.error();
         }(a, s.parked_own_write));
-        co_await spindle::sleep_for(5ms);
+        (void)co_await spindle::sleep_for(5ms);
         s.shutdown_twice = a.shutdown_write().has_value() && a.shutdown_write().has_value();
         co_await parked;
-        s.write_after_shutdown = (co_await a.write_some(bytes_of("d"), {})).error();
+        s.write_after_shutdown = error_of(co_await a.write_some(bytes_of("d"), {}));
     }
 }
 
@@ -395,7 +396,7 @@ task<void> destroyed_main(std::error_code& e) {
         b.emplace(std::move(p.second));
     }
     auto reader = loop::current().spawn(read_into(&*b, e));
-    co_await spindle::sleep_for(5ms);
+    (void)co_await spindle::sleep_for(5ms);
     b.reset();
     a.reset();
     co_await reader;
@@ -477,10 +478,10 @@ task<void> goodbye_main(goodbye_state& s) {
         auto [a, b] = net::memory_stream::pair(2);
         goodbye_stream g(std::move(a));
         REQUIRE_OK(co_await g.write_all(bytes_of("xx"), {}));
-        s.full_timed_out = (co_await spindle::with_timeout(10ms, net::shutdown_write(g))).error();
+        s.full_timed_out = error_of(co_await spindle::with_timeout(10ms, net::shutdown_write(g)));
         std::stop_source stop;
         stop.request_stop();
-        s.full_stopped = (co_await net::shutdown_write(g, stop.get_token())).error();
+        s.full_stopped = error_of(co_await net::shutdown_write(g, stop.get_token()));
     }
 }
 
@@ -525,7 +526,7 @@ task<void> reader_main(reader_state& s) {
         REQUIRE(line.has_value());
         s.lines.emplace_back(*line);
     }
-    s.too_long = (co_await reader.read_until("\n", 8)).error();
+    s.too_long = error_of(co_await reader.read_until("\n", 8));
     result<std::string_view> line = co_await reader.read_until("\n", 64);
     REQUIRE(line.has_value());
     s.lines.emplace_back(*line);
@@ -535,7 +536,7 @@ task<void> reader_main(reader_state& s) {
     co_await writer;
 
     REQUIRE_OK(co_await a.write_all(bytes_of("par"), {}));
-    s.timed_out = (co_await spindle::with_timeout(20ms, reader.read_until("\n", 64))).error();
+    s.timed_out = error_of(co_await spindle::with_timeout(20ms, reader.read_until("\n", 64)));
     s.buffered_then = text_of(reader.buffered());
     // More than the 3-byte buffer holds: written while the reader reads,
     // then the writer closes.
@@ -546,7 +547,7 @@ task<void> reader_main(reader_state& s) {
     line = co_await reader.read_until("\n", 64);
     REQUIRE(line.has_value());
     s.completed = std::string(*line);
-    s.eos = (co_await reader.read_until("\n", 64)).error();
+    s.eos = error_of(co_await reader.read_until("\n", 64));
     s.eos_buffered = text_of(reader.buffered());
     co_await closer;
 }
@@ -586,12 +587,12 @@ task<void> research_main(research_state& s) {
     REQUIRE_OK(a.shutdown_write());
     net::basic_buffered_reader reader(b);
     // The delimiter arrives, but beyond the limit: refused, the bytes kept.
-    s.too_long = (co_await reader.read_until("\n", 1)).error();
+    s.too_long = error_of(co_await reader.read_until("\n", 1));
     // A larger limit takes the same line from what is buffered.
     result<std::string_view> line = co_await reader.read_until("\n", 4);
     REQUIRE(line.has_value());
     s.line = *line;
-    s.too_long_again = (co_await reader.read_until("\n", 2)).error();
+    s.too_long_again = error_of(co_await reader.read_until("\n", 2));
     // Another delimiter, already buffered before the refused search's.
     line = co_await reader.read_until(";", 8);
     REQUIRE(line.has_value());
@@ -653,7 +654,7 @@ task<void> serve(Stream server, std::stop_token stop) {
 /// Sends the requests in two pieces, then reads to end of stream.
 task<std::string> client(net::memory_stream& c) {
     REQUIRE_OK(co_await c.write_all(bytes_of("hello\nwor"), {}));
-    co_await spindle::sleep_for(2ms);
+    (void)co_await spindle::sleep_for(2ms);
     REQUIRE_OK(co_await c.write_all(bytes_of("ld\nquit\n"), {}));
     std::string got;
     std::array<std::byte, 64> buf{};
@@ -729,7 +730,7 @@ TEST_CASE("examples: serve_batches gives a read's borrowed buffer back before a 
                 co_await spindle::examples::serve_batches(s, stop, big_reply_protocol{&big}, /*linger=*/false);
             }(std::move(*accepted), stop.get_token(), big));
         REQUIRE_OK(co_await client->write_all(bytes_of("big\n"), {}));
-        co_await spindle::sleep_for(50ms);  // the server read, and its write waits for us
+        (void)co_await spindle::sleep_for(50ms);  // the server read, and its write waits for us
         lent = loop::current().metrics().read_buffers_lent;
         std::array<std::byte, 65536> buf{};
         while (received < big.size()) {

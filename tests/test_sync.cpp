@@ -32,6 +32,7 @@ using spindle::test::counted;
 using spindle::test::run_until;
 using spindle::test::run_with_watchdog;
 using spindle::test::settle;
+using spindle::test::error_of;
 
 namespace {
 
@@ -58,11 +59,11 @@ struct waits {
 // --- event -------------------------------------------------------------------
 
 task<void> wait_event(spindle::event& ev, waits& w, int id, std::stop_token token = {}) {
-    w.record(id, co_await ev.wait(std::move(token)));
+    w.record(id, error_of(co_await ev.wait(std::move(token))));
 }
 
 task<void> wait_event_timed(spindle::event& ev, waits& w, int id, std::chrono::milliseconds d) {
-    w.record(id, co_await with_timeout(d, ev.wait()));
+    w.record(id, error_of(co_await with_timeout(d, ev.wait())));
 }
 
 TEST_CASE("event: set() wakes every waiter in a later tick, in the order they waited", "[sync][event]") {
@@ -361,11 +362,11 @@ TEST_CASE("mutex: destroying the mutex completes its waiters with operation_canc
 // --- semaphore ---------------------------------------------------------------
 
 task<void> acquire_and_record(spindle::semaphore& s, std::size_t n, waits& w, int id, std::stop_token token = {}) {
-    w.record(id, co_await s.acquire(n, std::move(token)));
+    w.record(id, error_of(co_await s.acquire(n, std::move(token))));
 }
 
 task<void> acquire_timed(spindle::semaphore& s, std::size_t n, waits& w, int id, std::chrono::milliseconds d) {
-    w.record(id, co_await with_timeout(d, s.acquire(n)));
+    w.record(id, error_of(co_await with_timeout(d, s.acquire(n))));
 }
 
 TEST_CASE("semaphore: acquire, try_acquire, release and available", "[sync][semaphore]") {
@@ -488,6 +489,51 @@ TEST_CASE("semaphore: aborted waiters give back granted permits and unblock the 
     CHECK(w.order == std::vector<int>{2});
 }
 
+TEST_CASE("semaphore: a permit gives its permits back when it goes, once", "[sync][semaphore]") {
+    loop l;
+    spindle::semaphore s(3);
+    std::vector<std::string> steps;
+    run_with_watchdog(l, [](spindle::semaphore& s, std::vector<std::string>& steps) -> task<void> {
+        {
+            result<spindle::semaphore::permit> two = co_await s.acquire_permit(2);
+            REQUIRE(two);
+            CHECK(two->count() == 2);
+            CHECK(s.available() == 1);
+            // Moved: the permits go with it, and go back once.
+            spindle::semaphore::permit moved = std::move(*two);
+            CHECK_FALSE(*two);
+            CHECK(two->count() == 0);
+            CHECK(moved.count() == 2);
+            // A waiter for 3 is served when the permit goes.
+            auto big = loop::current().spawn([](spindle::semaphore& s, std::vector<std::string>& steps) -> task<void> {
+                result<spindle::semaphore::permit> three = co_await s.acquire_permit(3);
+                steps.push_back(three ? "three" : "refused");
+            }(s, steps));
+            co_await spindle::yield();
+            CHECK(steps.empty());
+            moved.release();
+            CHECK_FALSE(moved);
+            moved.release();  // nothing more
+            co_await big;
+        }
+        CHECK(s.available() == 3);  // the big one's permit went with its frame
+        // Cancelled before permits were handed over: no permit, nothing taken.
+        result<void> all = co_await s.acquire(3);
+        REQUIRE(all);
+        std::stop_source stop;
+        stop.request_stop();
+        result<spindle::semaphore::permit> none = co_await s.acquire_permit(1, stop.get_token());
+        REQUIRE_FALSE(none);
+        CHECK(none.error() == std::errc::operation_canceled);
+        s.release(3);
+        result<spindle::semaphore::permit> late = co_await with_timeout(5ms, s.acquire_permit(4));
+        REQUIRE_FALSE(late);
+        CHECK(late.error() == std::errc::timed_out);
+    }(s, steps));
+    CHECK(steps == std::vector<std::string>{"three"});
+    CHECK(s.available() == 3);
+}
+
 TEST_CASE("semaphore: destroying the semaphore completes its waiters with operation_canceled", "[sync][semaphore]") {
     loop l;
     auto s = std::make_unique<spindle::semaphore>(0);
@@ -505,11 +551,11 @@ TEST_CASE("semaphore: destroying the semaphore completes its waiters with operat
 // --- wait_group and latch ------------------------------------------------------
 
 task<void> wait_wg(spindle::wait_group& wg, waits& w, int id, std::stop_token token = {}) {
-    w.record(id, co_await wg.wait(std::move(token)));
+    w.record(id, error_of(co_await wg.wait(std::move(token))));
 }
 
 task<void> wait_wg_timed(spindle::wait_group& wg, waits& w, int id, std::chrono::milliseconds d) {
-    w.record(id, co_await with_timeout(d, wg.wait()));
+    w.record(id, error_of(co_await with_timeout(d, wg.wait())));
 }
 
 task<void> worker_done_after(spindle::wait_group& wg, int yields, std::vector<int>& finished, int id) {
@@ -518,7 +564,7 @@ task<void> worker_done_after(spindle::wait_group& wg, int yields, std::vector<in
     wg.done();
 }
 
-task<void> wait_latch(spindle::latch& lt, waits& w, int id) { w.record(id, co_await lt.wait()); }
+task<void> wait_latch(spindle::latch& lt, waits& w, int id) { w.record(id, error_of(co_await lt.wait())); }
 
 TEST_CASE("wait_group: waiters wake when the count reaches zero, after every worker finished", "[sync][wait_group]") {
     loop l;
@@ -702,9 +748,9 @@ task<void> wait_in_owner(owner_state& st, waits& w, int id) {
             if (g) (void)co_await st.forever.wait();
             break;
         }
-        case 2: w.record(id, co_await st.s->acquire(1)); break;
-        case 3: w.record(id, co_await st.ev->wait()); break;
-        default: w.record(id, co_await st.wg->wait()); break;
+        case 2: w.record(id, error_of(co_await st.s->acquire(1))); break;
+        case 3: w.record(id, error_of(co_await st.ev->wait())); break;
+        default: w.record(id, error_of(co_await st.wg->wait())); break;
     }
 }
 
@@ -872,12 +918,12 @@ task<void> semaphore_stress_worker(semaphore_stress& s) {
         if (kind == 2) {
             std::stop_source src;
             s.c.add(&src);
-            e = co_await s.s.acquire(n, src.get_token());
+            e = error_of(co_await s.s.acquire(n, src.get_token()));
             s.c.remove(&src);
         } else if (kind == 3) {
-            e = co_await with_timeout(std::chrono::microseconds(s.rng() % 200), s.s.acquire(n));
+            e = error_of(co_await with_timeout(std::chrono::microseconds(s.rng() % 200), s.s.acquire(n)));
         } else {
-            e = co_await s.s.acquire(n);
+            e = error_of(co_await s.s.acquire(n));
         }
         s.t.resumed(ticket, !e);
         s.t.count(e);
@@ -937,7 +983,7 @@ task<void> event_stress_waiter(event_stress& s) {
             // A wait_group wait: only done() bringing the count to zero may end it.
             const bool zero = s.wg.count() == 0;
             const long zeros_before = s.wg_zeros;
-            e = co_await s.wg.wait();
+            e = error_of(co_await s.wg.wait());
             if (!e && !zero && s.wg_zeros == zeros_before) ++s.wg_waits_too_early;
         } else {
             const bool was_set = s.ev.is_set();
@@ -945,12 +991,12 @@ task<void> event_stress_waiter(event_stress& s) {
             if (kind == 2) {
                 std::stop_source src;
                 s.c.add(&src);
-                e = co_await s.ev.wait(src.get_token());
+                e = error_of(co_await s.ev.wait(src.get_token()));
                 s.c.remove(&src);
             } else if (kind == 3) {
-                e = co_await with_timeout(std::chrono::microseconds(s.rng() % 200), s.ev.wait());
+                e = error_of(co_await with_timeout(std::chrono::microseconds(s.rng() % 200), s.ev.wait()));
             } else {
-                e = co_await s.ev.wait();
+                e = error_of(co_await s.ev.wait());
             }
             if (!e && !was_set && s.sets == sets_before) ++s.woken_without_set;
         }
@@ -1003,7 +1049,7 @@ TEST_CASE("event and wait_group stress: 100,000 waits with random sets, resets a
         for (int i = 0; i < 40; ++i) waiters.push_back(event_stress_waiter(s));
         auto all = loop::current().spawn(spindle::when_all(std::move(waiters)));
         // Keep the setter going until the waiters are through.
-        while (!all.done()) co_await spindle::sleep_for(1ms);
+        while (!all.done()) (void)co_await spindle::sleep_for(1ms);
         s.stop = true;
         s.c.done = true;
         co_await setter;

@@ -84,12 +84,12 @@ task<void> empty_task_awaiter(bool& threw_logic) {
 // --- spawn / join -------------------------------------------------------------
 
 task<int> sleepy_value(int v) {
-    co_await spindle::sleep_for(1ms);
+    (void)co_await spindle::sleep_for(1ms);
     co_return v;
 }
 
 task<void> sleepy_throw() {
-    co_await spindle::sleep_for(1ms);
+    (void)co_await spindle::sleep_for(1ms);
     throw std::runtime_error("joined boom");
 }
 
@@ -112,7 +112,7 @@ task<void> join_children(join_results& out) {
 
 task<void> detached_worker(int& steps, bool& finished) {
     for (int i = 0; i < 3; ++i) {
-        co_await spindle::sleep_for(1ms);
+        (void)co_await spindle::sleep_for(1ms);
         ++steps;
     }
     finished = true;
@@ -153,28 +153,28 @@ long peak_rss_kib() {
 // --- when_all ----------------------------------------------------------------
 
 task<int> int_after(std::chrono::milliseconds d, int v) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     co_return v;
 }
 
 task<void> void_after(std::chrono::milliseconds d, bool& done) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     done = true;
 }
 
 task<std::string> string_after(std::chrono::milliseconds d, std::string v) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     co_return v;
 }
 
 task<void> logged_sleeper(std::vector<std::string>& events, int id) {
     events.push_back("start " + std::to_string(id));
-    co_await spindle::sleep_for(50ms);
+    (void)co_await spindle::sleep_for(50ms);
     events.push_back("end " + std::to_string(id));
 }
 
 task<void> fail_after(std::chrono::milliseconds d, int which) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     if (which == 1) throw std::runtime_error("first in argument order");
     throw std::logic_error("second in argument order");
 }
@@ -202,7 +202,7 @@ task<void> when_all_with_failures(when_all_failure& out) {
 
 task<void> parked_child(counted c, bool& resumed) {
     (void)c;
-    co_await spindle::sleep_for(10s);
+    (void)co_await spindle::sleep_for(10s);
     resumed = true;
 }
 

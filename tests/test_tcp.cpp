@@ -310,7 +310,7 @@ task<void> reset_read_main(net::tcp_listener& l, reset_state& s) {
         s.has_value = r.has_value();
         s.error = r.error();
     }(p.client, s));
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.done_before_reset = reader.done();
     set_linger_reset(p.server);
     p.server.close();
@@ -470,7 +470,7 @@ task<void> close_pending_main(net::tcp_listener& l, close_state& s) {
         s.has_value = r.has_value();
         s.error = r.error();
     }(p.client, s));
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     s.done_before_close = reader.done();
     p.client.close();
     p.client.close();  // twice is harmless
@@ -498,7 +498,7 @@ task<void> read_exact_main(net::tcp_listener& l, exact_state& s) {
         for (std::string_view part : {"0123", "4567", "89"}) {
             result<void> r = co_await w.write_all(bytes_of(part));
             REQUIRE(r.has_value());
-            co_await spindle::sleep_for(5ms);
+            (void)co_await spindle::sleep_for(5ms);
         }
         result<void> r = co_await w.write_all(bytes_of("abc"));
         REQUIRE(r.has_value());
@@ -552,7 +552,7 @@ task<void> vectored_main(net::tcp_listener& l, vectored_state& s) {
     s.total = total;
 
     auto reader = loop::current().spawn([](net::tcp_stream& r, vectored_state& s) -> task<void> {
-        co_await spindle::sleep_for(20ms);  // let the writer fill the buffers first
+        (void)co_await spindle::sleep_for(20ms);  // let the writer fill the buffers first
         std::vector<std::byte> buf(64 * 1024);
         for (int i = 0; i < 1'000'000; ++i) {
             result<std::size_t> n = co_await r.read_some(buf);
@@ -654,7 +654,7 @@ task<void> v6_main(net::tcp_listener& l, v6_state& s) {
 task<void> accept_cancel_main(net::tcp_listener& l, std::error_code& e) {
     std::stop_source stop;
     auto stopper = loop::current().spawn([](std::stop_source& s) -> task<void> {
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         s.request_stop();
     }(stop));
     result<net::tcp_stream> c = co_await l.accept(stop.get_token());
@@ -667,7 +667,7 @@ task<void> accept_closed_main(net::tcp_listener& l, std::error_code& e, bool& do
         result<net::tcp_stream> c = co_await l.accept();
         e = c.error();
     }(l, e));
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     done_before_close = acceptor.done();
     l.close();
     co_await acceptor;
@@ -695,7 +695,7 @@ task<void> split_delimiter_main(net::tcp_listener& l, lines_state& s) {
     // The delimiter arrives in two writes, "\r" in one and "\n" in the next.
     result<void> w = co_await p.server.write_all(bytes_of("hello\r"));
     REQUIRE(w.has_value());
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     s.first_done_before_rest = !s.first.empty();
     w = co_await p.server.write_all(bytes_of("\nworld\r\n"));
     REQUIRE(w.has_value());
@@ -758,7 +758,7 @@ task<void> mixed_main(net::tcp_listener& l, mixed_state& s) {
     s.line = std::string(*line);
     s.buffered_after_line = text_of(reader.buffered());
     auto later = loop::current().spawn([](net::tcp_stream& out) -> task<void> {
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         result<void> w = co_await out.write_all(bytes_of("GHIJtail\n"));
         REQUIRE(w.has_value());
     }(p.server));
@@ -807,7 +807,7 @@ task<void> small_buffer_main(net::tcp_listener& l, small_buffer_state& s) {
         for (std::string_view part : {"0123", "45678", "9\r", "\nx\r\ny\r\n"}) {
             result<void> w = co_await out.write_all(bytes_of(part));
             REQUIRE(w.has_value());
-            co_await spindle::sleep_for(5ms);
+            (void)co_await spindle::sleep_for(5ms);
         }
     }(p.server));
     for (int i = 0; i < 3; ++i) {

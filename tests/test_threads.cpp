@@ -81,7 +81,7 @@ double post_round_trip_ms(loop& l) {
 // --- loop_thread tasks ----------------------------------------------------------------
 
 task<void> doubler(int x, std::promise<int> result, std::promise<std::thread::id> where) {
-    co_await spindle::sleep_for(1ms);  // really park once on the loop
+    (void)co_await spindle::sleep_for(1ms);  // really park once on the loop
     co_await spindle::yield();
     where.set_value(std::this_thread::get_id());
     result.set_value(2 * x);
@@ -90,19 +90,19 @@ task<void> doubler(int x, std::promise<int> result, std::promise<std::thread::id
 task<void> forever(std::atomic<long>& ticks) {
     for (long i = 0; i < 10'000'000; ++i) {
         ticks.fetch_add(1, std::memory_order_relaxed);
-        co_await spindle::sleep_for(1ms);
+        (void)co_await spindle::sleep_for(1ms);
     }
 }
 
 task<void> sleeper(std::promise<void> started, std::atomic<int>& woke) {
     spindle::test::counted alive_while_parked;
     started.set_value();
-    co_await spindle::sleep_for(std::chrono::hours(1));
+    (void)co_await spindle::sleep_for(std::chrono::hours(1));
     woke.fetch_add(1);
 }
 
 task<void> sleepy(std::atomic<bool>& finished) {
-    co_await spindle::sleep_for(2s);
+    (void)co_await spindle::sleep_for(2s);
     finished = true;
 }
 

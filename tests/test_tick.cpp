@@ -96,7 +96,7 @@ task<void> busy_yielder(busy_state& s) {
 task<void> short_sleeper(busy_state& s) {
     const long before = s.yields;
     const auto t0 = steady::now();
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     s.slept = steady::now() - t0;
     s.yields_while_asleep = s.yields - before;
     s.stop = true;
@@ -198,7 +198,7 @@ task<void> ticks_on_interval(int& ticks, int n) {
 }
 
 task<void> sleep_then_flag(std::chrono::milliseconds d, bool& flag) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     flag = true;
 }
 
@@ -214,13 +214,13 @@ task<void> stop_the_loop() {
 }
 
 task<void> idle_after(const int& observed, int& seen, bool& resumed) {
-    co_await spindle::idle();
+    (void)co_await spindle::idle();
     seen = observed;
     resumed = true;
 }
 
 task<void> idle_counter(int& resumed) {
-    co_await spindle::idle();
+    (void)co_await spindle::idle();
     ++resumed;
 }
 

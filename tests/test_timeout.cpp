@@ -32,6 +32,7 @@ using spindle::test::pipe_pair;
 using spindle::test::run_with_watchdog;
 using spindle::test::text_of;
 namespace net = spindle::net;
+using spindle::test::error_of;
 
 namespace {
 
@@ -68,9 +69,9 @@ struct steps_state {
 
 /// Two sleeps that finish, then a read that never does.
 task<result<std::size_t>> several_waits(int fd, steps_state& s) {
-    if (auto e = co_await spindle::sleep_for(10ms)) co_return e;
+    if (auto e = error_of(co_await spindle::sleep_for(10ms))) co_return e;
     ++s.finished_waits;
-    if (auto e = co_await spindle::sleep_for(10ms)) co_return e;
+    if (auto e = error_of(co_await spindle::sleep_for(10ms))) co_return e;
     ++s.finished_waits;
     std::array<std::byte, 8> buf{};
     result<std::size_t> r = co_await spindle::read(fd, buf);
@@ -95,8 +96,8 @@ struct later_waits_state {
 /// a read that would find its byte without waiting too.
 task<result<std::size_t>> keeps_waiting(int fd, int wfd, later_waits_state& s) {
     std::array<std::byte, 8> buf{};
-    s.first = (co_await spindle::read(fd, buf)).error();
-    s.second_sleep = co_await spindle::sleep_for(1h);
+    s.first = error_of(co_await spindle::read(fd, buf));
+    s.second_sleep = error_of(co_await spindle::sleep_for(1h));
     REQUIRE(::write(wfd, "r", 1) == 1);
     result<std::size_t> r = co_await spindle::read(fd, buf);
     s.ready_read = r.error();
@@ -117,11 +118,11 @@ struct sleep_state {
 
 task<void> sleep_main(sleep_state& s) {
     const auto start = steady::now();
-    s.long_sleep = co_await with_timeout(30ms, spindle::sleep_for(10s));
+    s.long_sleep = error_of(co_await with_timeout(30ms, spindle::sleep_for(10s)));
     s.long_took = steady::now() - start;
-    s.short_sleep = co_await with_timeout(10s, spindle::sleep_for(10ms));
+    s.short_sleep = error_of(co_await with_timeout(10s, spindle::sleep_for(10ms)));
     // Both deadlines are gone: a plain sleep afterwards runs its course.
-    s.after = co_await spindle::sleep_for(20ms);
+    s.after = error_of(co_await spindle::sleep_for(20ms));
 }
 
 // --- nesting -------------------------------------------------------------------------
@@ -139,7 +140,7 @@ task<void> nested_main(int fd, nested_state& s) {
     start = steady::now();
     s.outer_shorter.take(co_await with_timeout(30ms, with_timeout(10s, spindle::read(fd, buf))), start);
     // Neither scope is left open: a later wait is not cancelled.
-    s.after = co_await spindle::sleep_for(50ms);
+    s.after = error_of(co_await spindle::sleep_for(50ms));
 }
 
 struct nested_task_state {
@@ -169,8 +170,8 @@ task<result<std::size_t>> inner_expires_first(int fd, nested_task_state& s) {
 }
 
 task<void> nested_tasks_main(int fd, nested_task_state& s) {
-    s.outer_got = (co_await with_timeout(30ms, inner_long_deadline(fd, s))).error();
-    s.outer_after_inner = (co_await with_timeout(150ms, inner_expires_first(fd, s))).error();
+    s.outer_got = error_of(co_await with_timeout(30ms, inner_long_deadline(fd, s)));
+    s.outer_after_inner = error_of(co_await with_timeout(150ms, inner_expires_first(fd, s)));
 }
 
 // --- results that win -----------------------------------------------------------------
@@ -191,7 +192,7 @@ task<void> same_tick_reader(int fd, kept_state& s) {
     s.same_tick.take(r, start);
     if (r) s.same_tick_bytes = text_of(std::span(buf).first(*r));
     // The expired scope closed with the read: later waits are not cancelled.
-    s.after = co_await spindle::sleep_for(20ms);
+    s.after = error_of(co_await spindle::sleep_for(20ms));
 }
 
 task<void> kept_main(int rfd, int wfd, kept_state& s) {
@@ -255,11 +256,11 @@ task<void> connect_with_timeout(net::address to, outcome& o) {
 // --- stop_token ------------------------------------------------------------------------
 
 task<void> stop_later(std::stop_source& source) {
-    co_await spindle::sleep_for(20ms);
+    (void)co_await spindle::sleep_for(20ms);
     source.request_stop();
 }
 
-task<std::error_code> sleep_with_token(std::stop_token token) {
+task<result<void>> sleep_with_token(std::stop_token token) {
     co_return co_await spindle::sleep_for(1h, std::move(token));
 }
 
@@ -282,13 +283,13 @@ task<void> token_main(int fd, token_state& s) {
     {
         std::stop_source source;
         auto stopper = l.spawn(stop_later(source));
-        s.in_task = co_await with_timeout(10s, sleep_with_token(source.get_token()));
+        s.in_task = error_of(co_await with_timeout(10s, sleep_with_token(source.get_token())));
         co_await stopper;
     }
     {
         std::stop_source source;
         auto stopper = l.spawn(stop_later(source));
-        s.sleep = co_await with_timeout(10s, spindle::sleep_for(1h, source.get_token()));
+        s.sleep = error_of(co_await with_timeout(10s, spindle::sleep_for(1h, source.get_token())));
         co_await stopper;
     }
 }
@@ -326,9 +327,9 @@ task<void> throwing_main(int fd, throw_state& s) {
         s.logic = e.what();
     }
     // Both scopes closed: a plain wait runs its course, a new deadline works.
-    s.after_sleep = co_await spindle::sleep_for(20ms);
+    s.after_sleep = error_of(co_await spindle::sleep_for(20ms));
     std::array<std::byte, 8> buf{};
-    s.after_timeout = (co_await with_timeout(20ms, spindle::read(fd, buf))).error();
+    s.after_timeout = error_of(co_await with_timeout(20ms, spindle::read(fd, buf)));
 }
 
 // --- operations that report no error: task<void>, plain values --------------------------
@@ -353,7 +354,7 @@ task<int&> sleeps_then_refers(std::chrono::nanoseconds d) {
 /// Its own short deadline cuts its read short; it carries on and finishes.
 task<void> handles_its_own_timeout(int fd, std::error_code& inner) {
     std::array<std::byte, 8> buf{};
-    inner = (co_await with_timeout(20ms, spindle::read(fd, buf))).error();
+    inner = error_of(co_await with_timeout(20ms, spindle::read(fd, buf)));
     (void)co_await spindle::sleep_for(10ms);
 }
 
@@ -420,7 +421,7 @@ task<void> void_main(int fd, void_state& s) {
     }(source));
     s.stopped_by_token = r.error();
 
-    s.after = co_await spindle::sleep_for(10ms);
+    s.after = error_of(co_await spindle::sleep_for(10ms));
 }
 
 struct void_same_tick_state {
@@ -503,12 +504,12 @@ task<void> abort_main(int fd, parked_state& p, abort_state& a) {
     // the main task then outlives it by far: a timer left behind would fire
     // into freed memory.
     auto victim = l.spawn(parked_inside_timeouts(fd, p, 50ms), "victim");
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     REQUIRE(p.parked);
     victim.abort();
     a.done_after_abort = victim.done();
     a.alive_after_abort = counted::alive;
-    a.later_sleep = co_await spindle::sleep_for(100ms);
+    a.later_sleep = error_of(co_await spindle::sleep_for(100ms));
     try {
         co_await victim;
     } catch (const std::system_error& e) {
@@ -532,16 +533,16 @@ task<void> abort_when_ready_main(int fd, parked_state& p, abort_state& a) {
             (void)r;
         }(fd, p, deadline),
         "victim");
-    co_await spindle::sleep_until(deadline);
+    (void)co_await spindle::sleep_until(deadline);
     REQUIRE(p.parked);
     REQUIRE_FALSE(victim.done());
     victim.abort();
     a.done_after_abort = victim.done();
     a.alive_after_abort = counted::alive;
-    a.later_sleep = co_await spindle::sleep_for(20ms);
+    a.later_sleep = error_of(co_await spindle::sleep_for(20ms));
 }
 
-task<void> other_task_sleeps(std::error_code& e) { e = co_await spindle::sleep_for(60ms); }
+task<void> other_task_sleeps(std::error_code& e) { e = error_of(co_await spindle::sleep_for(60ms)); }
 
 task<void> independent_main(int fd, outcome& timed, std::error_code& other) {
     auto sleeper = loop::current().spawn(other_task_sleeps(other));
@@ -874,7 +875,7 @@ TEST_CASE("cancel: a task that receives only ready values stops at the receive a
           "[timeout][cancel]") {
     loop l;
     spindle::channel<int> ch(spindle::unbounded_channel);
-    for (int i = 0; i < 100'000; ++i) REQUIRE_FALSE(ch.try_send(int{i}));
+    for (int i = 0; i < 100'000; ++i) REQUIRE(ch.try_send(int{i}));
     ready_receiver_state s;
     auto victim = l.spawn(receive_all(ch, s));
     auto canceller = l.spawn(cancel_after(victim, s));
@@ -907,4 +908,59 @@ TEST_CASE("with_timeout: a loop of reads that find data at once ends at the dead
     CHECK(s.read < written);  // stopped with data still buffered
     ::close(sp.a);
     ::close(sp.b);
+}
+
+// --- a join that can be cancelled ---------------------------------------------------------
+
+TEST_CASE("join(token): a deadline or a stop ends the join, not the task, which can be joined again", "[timeout][join]") {
+    loop l;
+    struct outcome {
+        std::error_code timed;
+        std::error_code stopped;
+        int value = 0;
+        bool still_running_after_cancels = false;
+    } o;
+    run_with_watchdog(l, [](outcome& o) -> task<void> {
+        auto h = loop::current().spawn([]() -> task<int> {
+            (void)co_await spindle::sleep_for(30ms);
+            co_return 42;
+        }());
+        result<int> timed = co_await with_timeout(5ms, h.join());
+        o.timed = timed.error();
+        std::stop_source stop;
+        auto stopper = loop::current().spawn([](std::stop_source& s) -> task<void> {
+            (void)co_await spindle::sleep_for(5ms);
+            s.request_stop();
+        }(stop));
+        result<int> stopped = co_await h.join(stop.get_token());
+        o.stopped = stopped.error();
+        co_await stopper;
+        o.still_running_after_cancels = !h.done();
+        result<int> joined = co_await h.join();
+        o.value = joined ? *joined : -1;
+    }(o));
+    CHECK(o.timed == std::errc::timed_out);
+    CHECK(o.stopped == std::errc::operation_canceled);
+    CHECK(o.still_running_after_cancels);
+    CHECK(o.value == 42);
+}
+
+TEST_CASE("join(token): a task<void> joins as result<void>, an exception is rethrown", "[timeout][join]") {
+    loop l;
+    run_with_watchdog(l, []() -> task<void> {
+        auto quiet = loop::current().spawn([]() -> task<void> { co_return; }());
+        result<void> done = co_await quiet.join();
+        CHECK(done);
+        auto failing = loop::current().spawn([]() -> task<int> {
+            (void)co_await spindle::sleep_for(1ms);
+            throw std::runtime_error("joined failure");
+        }());
+        std::string what;
+        try {
+            (void)co_await failing.join();
+        } catch (const std::runtime_error& e) {
+            what = e.what();
+        }
+        CHECK(what == "joined failure");
+    }());
 }

@@ -28,6 +28,7 @@ using steady = spindle::clock;
 using spindle::task;
 using spindle::detail::timer_node;
 using spindle::detail::timer_queue;
+using spindle::test::error_of;
 
 namespace {
 
@@ -59,7 +60,7 @@ struct order_state {
 
 task<void> sleep_until_recorded(order_state& s, steady::time_point when) {
     const int me = s.armed++;
-    co_await spindle::sleep_until(when);
+    (void)co_await spindle::sleep_until(when);
     s.fire_order.push_back(me);
 }
 
@@ -205,14 +206,14 @@ struct cancel_state {
 
 task<void> cancellable_sleep(std::stop_token token, cancel_state& s, std::chrono::milliseconds d) {
     const auto t0 = steady::now();
-    s.ec = co_await spindle::sleep_for(d, token);
+    s.ec = error_of(co_await spindle::sleep_for(d, token));
     s.elapsed = steady::now() - t0;
     co_await spindle::yield();  // still a live, schedulable task
     s.continued = true;
 }
 
 task<void> stop_after(std::stop_source& source, std::chrono::milliseconds d) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     source.request_stop();
 }
 
@@ -310,14 +311,14 @@ struct far_sleep {
 template <class Rep, class Period>
 task<void> sleep_far(std::chrono::duration<Rep, Period> d, std::stop_token token, far_sleep& s) {
     const auto t0 = steady::now();
-    s.ec = co_await spindle::sleep_for(d, token);
+    s.ec = error_of(co_await spindle::sleep_for(d, token));
     s.elapsed = steady::now() - t0;
     s.woke = true;
 }
 
 task<void> stop_far_sleeps(std::stop_source& source, std::chrono::milliseconds d, const far_sleep& a,
                            const far_sleep& b, bool& woke_before_stop) {
-    co_await spindle::sleep_for(d);
+    (void)co_await spindle::sleep_for(d);
     woke_before_stop = a.woke || b.woke;
     source.request_stop();
 }
@@ -772,7 +773,7 @@ TEST_CASE("sleeps with a token that can stop allocate nothing once warm", "[time
                 spindle::test::t_counting = true;
             }
 #endif
-            if (!co_await spindle::sleep_for(1ns, token)) ++out.slept;
+            if (co_await spindle::sleep_for(1ns, token)) ++out.slept;
         }
 #if SPINDLE_FRAME_POOL
         spindle::test::t_counting = false;
@@ -999,9 +1000,9 @@ task<std::error_code> second_tick_of_endless_interval() {
 }
 
 task<void> sleep_an_hour_then_a_little(bool& in_second_sleep) {
-    co_await spindle::sleep_for(1h);
+    (void)co_await spindle::sleep_for(1h);
     in_second_sleep = true;
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
 }
 
 }  // namespace
@@ -1088,23 +1089,23 @@ struct extremes_state {
 
 template <class Rep, class Period>
 task<void> sleep_into(std::chrono::duration<Rep, Period> d, std::stop_token token, std::error_code& out, int* done = nullptr) {
-    out = co_await spindle::sleep_for(d, std::move(token));
+    out = error_of(co_await spindle::sleep_for(d, std::move(token)));
     if (done) ++*done;
 }
 
 task<void> sleep_until_into(steady::time_point t, std::stop_token token, std::error_code& out, int* done = nullptr) {
-    out = co_await spindle::sleep_until(t, std::move(token));
+    out = error_of(co_await spindle::sleep_until(t, std::move(token)));
     if (done) ++*done;
 }
 
 template <class Rep, class Period>
 task<void> timeout_into(std::chrono::duration<Rep, Period> d, spindle::event& ev, std::error_code& out, int* done = nullptr) {
-    out = co_await spindle::with_timeout(d, ev.wait());
+    out = error_of(co_await spindle::with_timeout(d, ev.wait()));
     if (done) ++*done;
 }
 
 task<void> deadline_into(steady::time_point t, spindle::event& ev, std::error_code& out, int* done = nullptr) {
-    out = co_await spindle::with_deadline(t, ev.wait());
+    out = error_of(co_await spindle::with_deadline(t, ev.wait()));
     if (done) ++*done;
 }
 

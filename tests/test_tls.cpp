@@ -480,7 +480,7 @@ TEST_CASE("tls: plain HTTP, random bytes, a stalled handshake and a reset each f
             REQUIRE(tcp.has_value());
             const std::array<unsigned char, 8> part{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01};
             REQUIRE_OK(co_await tcp->write_all(std::as_bytes(std::span(part))));
-            co_await spindle::sleep_for(20ms);
+            (void)co_await spindle::sleep_for(20ms);
             const ::linger hard{1, 0};
             REQUIRE(::setsockopt(tcp->native_handle(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard) == 0);
             tcp->close();
@@ -809,7 +809,7 @@ TEST_CASE("tls: a reader aborted mid-wait, or a stream destroyed under a parked 
             (void)co_await s.read_some(buf);
         };
         join_handle<void> parked = loop::current().spawn(reader(p.client));
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         parked.abort();
         // The next read on the same stream is not left waiting for it.
         REQUIRE_OK(co_await net::write_all(p.server, "after the abort"));
@@ -826,7 +826,7 @@ TEST_CASE("tls: a reader aborted mid-wait, or a stream destroyed under a parked 
             co_return co_await s.read_some(b);
         };
         join_handle<result<std::size_t>> pending = loop::current().spawn(last(*doomed));
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         doomed.reset();
         result<std::size_t> ended = co_await pending;
         REQUIRE_FALSE(ended.has_value());

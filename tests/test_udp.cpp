@@ -59,7 +59,7 @@ task<void> round_trip_main(net::udp_socket& a, net::udp_socket& b, round_trip_st
     // Answer the sender at the address the datagram came from; this time the
     // receiver is parked before the datagram is sent.
     auto answer = loop::current().spawn([](net::udp_socket& b, net::address to) -> task<void> {
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         result<std::size_t> n = co_await b.send_to(bytes_of("pong!"), to);
         REQUIRE(n.has_value());
     }(b, s.from));
@@ -158,7 +158,7 @@ task<void> recv_timeout_main(net::udp_socket& a, net::udp_socket& b, timeout_sta
     // A stop_token cancels a receive too.
     std::stop_source stop;
     auto stopper = loop::current().spawn([](std::stop_source& st) -> task<void> {
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         st.request_stop();
     }(stop));
     n = co_await b.recv_from(buf, from, stop.get_token());

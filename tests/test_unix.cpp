@@ -146,7 +146,7 @@ task<void> pair_main(net::unix_stream& a, net::unix_stream& b, pair_state& s) {
         result<std::size_t> n = co_await a.read_some(buf);
         s.cancelled = n.error();
     }(a, s));
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     a.close();
     co_await reader;
 }

@@ -14,7 +14,7 @@
 #include <spindle/mutex.hpp>
 #include <spindle/task_group.hpp>
 #include <spindle/testing.hpp>
-#include <spindle/when_any.hpp>
+#include <spindle/race.hpp>
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,6 +40,7 @@ using spindle::with_timeout;
 using spindle::test::pipe_pair;
 using spindle::test::run_with_watchdog;
 namespace testing = spindle::testing;
+using spindle::test::error_of;
 
 namespace {
 
@@ -58,7 +59,7 @@ using spindle::test::socket_pair;
 
 task<std::pair<offset, std::string>> sleep_an_hour() {
     const auto start = loop::now();
-    auto ec = co_await spindle::sleep_for(1h);
+    std::error_code ec = error_of(co_await spindle::sleep_for(1h));
     co_return std::pair(loop::now() - start, how(ec));
 }
 
@@ -146,10 +147,10 @@ TEST_CASE("virtual time: timers fire in (deadline, insertion) order across jumps
 task<std::vector<std::pair<std::string, offset>>> timeouts() {
     std::vector<std::pair<std::string, offset>> out;
     auto start = loop::now();
-    auto ec = co_await with_timeout(10s, spindle::sleep_for(20s));
+    std::error_code ec = error_of(co_await with_timeout(10s, spindle::sleep_for(20s)));
     out.emplace_back(how(ec), loop::now() - start);
     start = loop::now();
-    ec = co_await with_timeout(20s, spindle::sleep_for(10s));
+    ec = error_of(co_await with_timeout(20s, spindle::sleep_for(10s)));
     out.emplace_back(how(ec), loop::now() - start);
     co_return out;
 }
@@ -336,14 +337,14 @@ task<int> consumer(spindle::channel<int>& ch, scenario_log& log) {
 }
 
 task<int> racer(scenario_log& log) {
-    auto r = co_await spindle::when_any(
+    auto r = co_await spindle::race(
         [](scenario_log& log) -> task<int> {
             (void)co_await spindle::sleep_for(333ms);
             log.add("racer: fast one done");
             co_return 1;
         }(log),
         [](scenario_log& log) -> task<int> {
-            auto ec = co_await spindle::sleep_for(10min);
+            std::error_code ec = error_of(co_await spindle::sleep_for(10min));
             log.add("racer: slow one " + how(ec));
             co_return 2;
         }(log));

@@ -228,7 +228,7 @@ struct partial_state {
 
 /// Reads slowly, in small reads with pauses, checking every byte.
 task<void> slow_reader(net::tcp_stream& r, partial_state& s) {
-    co_await spindle::sleep_for(20ms);  // let the writer fill the buffers first
+    (void)co_await spindle::sleep_for(20ms);  // let the writer fill the buffers first
     std::array<std::byte, 1500> buf{};
     for (int i = 0; i < 1'000'000; ++i) {
         result<std::size_t> n = co_await r.read_some(buf, {});
@@ -242,7 +242,7 @@ task<void> slow_reader(net::tcp_stream& r, partial_state& s) {
             if (m != std::string::npos) s.mismatch = s.received + m;
         }
         s.received += *n;
-        if (i % 64 == 0) co_await spindle::sleep_for(1ms);
+        if (i % 64 == 0) (void)co_await spindle::sleep_for(1ms);
     }
 }
 
@@ -335,7 +335,7 @@ task<void> closed_peer_main(closed_state& s) {
             s.error = w.error();
             co_return;
         }
-        co_await spindle::sleep_for(1ms);
+        (void)co_await spindle::sleep_for(1ms);
     }
 }
 

@@ -7,7 +7,7 @@
 using namespace std::chrono_literals;
 
 spindle::task<int> slow_square(int x) {
-    co_await spindle::sleep_for(10ms);
+    (void)co_await spindle::sleep_for(10ms);
     co_return x * x;
 }
 

@@ -97,7 +97,7 @@ public:
             }
             // Completes at once (there is room), spending one unit of this
             // task's budget: a reader with much input takes turns with the writers.
-            if (!co_await to->queue.send(line)) {
+            if (co_await to->queue.send(line)) {
                 ++m_stats.lines_out;
                 m_stats.deepest_queue = std::max(m_stats.deepest_queue, to->queue.size());
             }

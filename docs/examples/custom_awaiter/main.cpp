@@ -43,7 +43,7 @@ task<result<std::string>> fetch(vendor::kv_client& client, std::string key) {
 }
 
 task<void> stop_later(std::stop_source& source, std::chrono::milliseconds after) {
-    co_await spindle::sleep_for(after);
+    (void)co_await spindle::sleep_for(after);
     source.request_stop();  // on the loop's thread, as stop requests must be
 }
 
@@ -87,7 +87,7 @@ task<void> demonstrate(vendor::kv_client& client) {
     }
     {
         auto reader = loop.spawn(fetch(client, "slow"), "reader");
-        co_await spindle::sleep_for(10ms);  // the reader parks on its kv_get
+        (void)co_await spindle::sleep_for(10ms);  // the reader parks on its kv_get
         const std::string dump = loop.dump_tasks();
         std::printf("loop.dump_tasks() with the reader parked:\n%s", dump.c_str());
         check(dump.find("'reader': waiting on kv get 'slow' (request ") != std::string::npos,
@@ -98,7 +98,7 @@ task<void> demonstrate(vendor::kv_client& client) {
     }
     {
         auto reader = loop.spawn(fetch(client, "slow"), "reader");
-        co_await spindle::sleep_for(10ms);
+        (void)co_await spindle::sleep_for(10ms);
         const std::size_t pending = client.pending();
         reader.abort();
         check(client.pending() == pending - 1, "join_handle::abort() withdrew the reader's request from the vendor");

@@ -4,7 +4,7 @@
 ///
 ///     async_generator<int> ticks(int n) {
 ///         for (int i = 0; i < n; ++i) {
-///             co_await sleep_for(10ms);
+///             if (!co_await sleep_for(10ms)) co_return;  // cancelled
 ///             co_yield i;
 ///         }
 ///     }

@@ -4,7 +4,7 @@
 ///
 ///     spindle::channel<job> jobs(64);              // bounded: at most 64 buffered
 ///     auto inputs = spindle::channel<input>::unbounded();
-///     if (auto e = co_await jobs.send(std::move(j))) ...   // e: channel_closed, or cancelled
+///     if (result<void> sent = co_await jobs.send(std::move(j)); !sent) ...  // channel_closed, or cancelled
 ///     while (auto r = co_await jobs.receive()) use(*r);    // ends with channel_closed
 ///
 /// Sending: a waiting receiver gets the value directly (no trip through the
@@ -222,8 +222,8 @@ public:
         while (receiver* r = m_handed.pop_front()) r->m_channel = nullptr;
     }
 
-    /// `co_await ch.send(std::move(v), token)` → std::error_code: empty once
-    /// delivered or buffered, spindle::errc::channel_closed, or
+    /// `co_await ch.send(std::move(v), token)` → result<void>: success once
+    /// delivered or buffered; errors spindle::errc::channel_closed, or
     /// operation_canceled (timed_out under with_timeout). On an error `v` is
     /// untouched.
     [[nodiscard]] detail::channel_send_awaiter<T> send(T&& value, std::stop_token token = {}) noexcept;
@@ -233,11 +233,11 @@ public:
     /// `co_await ch.receive(token)` → result<T>.
     [[nodiscard]] detail::channel_receive_awaiter<T> receive(std::stop_token token = {}) noexcept;
 
-    /// Sends without waiting: empty, channel_closed, or
+    /// Sends without waiting: result<void>, an error of channel_closed, or
     /// std::errc::operation_would_block when a bounded channel is full (or
     /// senders are already waiting). `value` is moved from only on success.
-    [[nodiscard]] std::error_code try_send(T&& value) { return try_send_impl(std::move(value)); }
-    [[nodiscard]] std::error_code try_send(const T& value)
+    result<void> try_send(T&& value) { return try_send_impl(std::move(value)); }
+    result<void> try_send(const T& value)
         requires std::is_copy_constructible_v<T>
     {
         return try_send_impl(value);
@@ -308,7 +308,7 @@ private:
     }
 
     template <class U>
-    std::error_code try_send_impl(U&& value) {
+    result<void> try_send_impl(U&& value) {
         if (m_closed) return make_error_code(errc::channel_closed);
         if (!can_send_now()) return std::make_error_code(std::errc::operation_would_block);
         deliver(std::forward<U>(value));
@@ -464,7 +464,7 @@ public:
     // Destroyed while waiting: leave the queue; the value was never touched.
     void on_abandon() noexcept { this->unlink(); }
     void describe(std::string& out) const { out += "channel send (full)"; }
-    std::error_code take() noexcept {
+    result<void> take() noexcept {
         switch (this->m_state) {
             case state::sent: return {};
             case state::closed: return make_error_code(errc::channel_closed);

@@ -56,7 +56,7 @@ public:
     void reset() noexcept { m_set = false; }
     bool is_set() const noexcept { return m_set; }
 
-    /// `co_await ev.wait(token)`: an empty std::error_code once the flag is set,
+    /// `co_await ev.wait(token)` → result<void>: success once the flag is set,
     /// or operation_canceled (timed_out under with_timeout).
     [[nodiscard]] detail::event_awaiter wait(std::stop_token token = {}) noexcept {
         return detail::event_awaiter(std::move(token), *this);

@@ -110,9 +110,39 @@ public:
         }
     }
 
-private:
+protected:
     spawned<T>* m_target;
     bool m_holds_ref = false;
+};
+
+/// What join(token) gives: result<T>, result<void>, or a reference wrapped.
+template <class T>
+using join_result_t = result<std::conditional_t<std::is_void_v<T>, void,
+                                                std::conditional_t<std::is_reference_v<T>,
+                                                                   std::reference_wrapper<std::remove_reference_t<T>>, T>>>;
+
+/// join(token)'s wait: a join that can be cancelled. Cancelled, it stops
+/// waiting and leaves the task running; the task may be joined again.
+template <class T>
+class cancellable_join_wait : public join_wait<T> {
+public:
+    using join_wait<T>::join_wait;
+
+    void on_cancel() noexcept {
+        if (this->m_target->joiner() == this) this->m_target->m_joiner = nullptr;
+        this->complete_cancelled();
+    }
+    join_result_t<T> take() {
+        if (this->cancelled()) return cancelled_error();
+        if constexpr (std::is_void_v<T>) {
+            join_wait<T>::take();
+            return {};
+        } else if constexpr (std::is_reference_v<T>) {
+            return std::ref(join_wait<T>::take());
+        } else {
+            return join_wait<T>::take();
+        }
+    }
 };
 
 }  // namespace detail
@@ -163,7 +193,20 @@ public:
     }
 
     using awaiter = parked<detail::join_wait<T>>;
+    /// `co_await handle`: the task's value once it finishes (its exception
+    /// rethrown). Not cancellable: the awaiting task waits for the task's end.
     awaiter operator co_await() const noexcept { return awaiter(std::stop_token{}, m_task); }
+
+    /// `co_await handle.join(token)` → result<T> (result<void>; for a T&, a
+    /// result<std::reference_wrapper<T>>): the task's value once it finishes,
+    /// or operation_canceled if the join is cancelled first (the token, a
+    /// cancel of the awaiting task; timed_out under with_timeout, as in
+    /// `co_await with_timeout(1s, handle.join())`). Cancelling the join leaves
+    /// the task running, and it may be joined again: cancel() is the way to
+    /// stop it. The task's exception is rethrown, as by `co_await handle`.
+    [[nodiscard]] parked<detail::cancellable_join_wait<T>> join(std::stop_token token = {}) const noexcept {
+        return parked<detail::cancellable_join_wait<T>>(std::move(token), m_task);
+    }
 
     /// For the loop (block_on) and when_all.
     const detail::task_header& header() const noexcept { return *m_task; }

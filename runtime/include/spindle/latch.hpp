@@ -7,7 +7,7 @@
 ///
 /// latch: a count fixed at construction, counted down to zero once.
 ///
-/// Waits give an empty std::error_code when the count is (or reaches) zero, or
+/// Waits give result<void>: success when the count is (or reaches) zero, or
 /// operation_canceled (timed_out under with_timeout); a waiter already woken
 /// ignores a cancel. Every task waiting when the count reaches zero resumes in
 /// a later tick, never inside done()/count_down(). Destroying a wait_group or
@@ -90,7 +90,7 @@ public:
     void done() { m_count.subtract(1, "spindle: wait_group::done() without a matching add()"); }
     std::size_t count() const noexcept { return m_count.count(); }
 
-    /// `co_await wg.wait(token)` → std::error_code.
+    /// `co_await wg.wait(token)` → result<void>.
     [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:
@@ -106,7 +106,7 @@ public:
     bool try_wait() const noexcept { return m_count.count() == 0; }
     std::size_t count() const noexcept { return m_count.count(); }
 
-    /// `co_await l.wait(token)` → std::error_code.
+    /// `co_await l.wait(token)` → result<void>.
     [[nodiscard]] detail::zero_awaiter wait(std::stop_token token = {}) noexcept { return detail::zero_awaiter(std::move(token), m_count); }
 
 private:

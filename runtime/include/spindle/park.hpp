@@ -27,9 +27,10 @@
 ///                                  // the task resumed: release what the
 ///                                  // completion handed over.
 ///   void describe(std::string&) const;  // optional: for loop::dump_tasks().
-///   R take();                      // optional: what co_await gives back;
-///                                  // default: std::error_code, empty or
-///                                  // operation_canceled.
+///   R take();                      // optional: what co_await gives back, a
+///                                  // result<T>; default: result<void>, an
+///                                  // error only when cancelled
+///                                  // (operation_canceled).
 ///
 /// and await it as spindle::parked<W>(stop_token, constructor arguments...).
 /// parked<W> does the rest, the same way for every wait: the stop_token,
@@ -300,7 +301,7 @@ public:
         if constexpr (detail::wait_with_take<Wait>)
             return Wait::take();
         else
-            return this->cancelled() ? cancelled_error() : std::error_code{};
+            return this->cancelled() ? result<void>(cancelled_error()) : result<void>();
     }
 
 private:

@@ -7,10 +7,16 @@
 /// to the waiters in order, as long as the first one's request fits; the
 /// permits are theirs from that moment, before they run.
 ///
-/// `co_await s.acquire(n, token)` gives an empty std::error_code, or
+/// `co_await s.acquire(n, token)` gives result<void>: the permits, or
 /// operation_canceled (timed_out under with_timeout) if the wait was cancelled
 /// before permits were handed to it; a waiter that already got its permits
-/// ignores the cancel.
+/// ignores the cancel. The caller gives them back with release(n).
+/// `co_await s.acquire_permit(n, token)` gives result<semaphore::permit>
+/// instead, which gives them back when it is destroyed:
+///
+///     result<semaphore::permit> p = co_await downloads.acquire_permit();
+///     if (!p) co_return p.error();
+///     co_await fetch(url);  // the permit is released at the end of the scope
 ///
 /// Lifetimes: a waiter whose frame is destroyed while queued leaves the queue
 /// (and the waiters behind it are served if they now fit); one destroyed after
@@ -36,6 +42,7 @@ class semaphore;
 namespace detail {
 
 class semaphore_wait;
+class semaphore_permit_wait;
 
 }  // namespace detail
 
@@ -64,8 +71,48 @@ public:
     /// Tasks are queued for permits (a new acquire queues behind them).
     bool has_waiters() const noexcept { return !m_waiters.empty(); }
 
-    /// `co_await s.acquire(n, token)` → std::error_code. acquire(0) completes at once.
+    /// `co_await s.acquire(n, token)` → result<void>; give the permits back
+    /// with release(n). acquire(0) completes at once.
     [[nodiscard]] parked<detail::semaphore_wait> acquire(std::size_t n = 1, std::stop_token token = {}) noexcept;
+
+    /// `n` permits that go back to their semaphore when the permit is
+    /// destroyed (or release() is called). The semaphore must outlive it.
+    class permit {
+    public:
+        permit() noexcept = default;
+        permit(permit&& other) noexcept
+            : m_semaphore(std::exchange(other.m_semaphore, nullptr)), m_count(std::exchange(other.m_count, 0)) {}
+        permit& operator=(permit&& other) noexcept {
+            if (this != &other) {
+                release();
+                m_semaphore = std::exchange(other.m_semaphore, nullptr);
+                m_count = std::exchange(other.m_count, 0);
+            }
+            return *this;
+        }
+        permit(const permit&) = delete;
+        permit& operator=(const permit&) = delete;
+        ~permit() { release(); }
+
+        /// Gives the permits back now; nothing when empty.
+        void release() noexcept {
+            if (semaphore* s = std::exchange(m_semaphore, nullptr)) s->release(std::exchange(m_count, 0));
+        }
+        /// The permits held: 0 once released or moved from.
+        std::size_t count() const noexcept { return m_semaphore ? m_count : 0; }
+        explicit operator bool() const noexcept { return m_semaphore != nullptr; }
+
+    private:
+        friend class detail::semaphore_permit_wait;
+        permit(semaphore& s, std::size_t n) noexcept : m_semaphore(&s), m_count(n) {}
+        semaphore* m_semaphore = nullptr;
+        std::size_t m_count = 0;
+    };
+
+    /// `co_await s.acquire_permit(n, token)` → result<permit>: acquire(n),
+    /// with the release tied to the permit's lifetime.
+    [[nodiscard]] parked<detail::semaphore_permit_wait> acquire_permit(std::size_t n = 1,
+                                                                       std::stop_token token = {}) noexcept;
 
 private:
     friend class detail::semaphore_wait;
@@ -123,7 +170,7 @@ public:
             out += " free)";
         }
     }
-    std::error_code take() noexcept {
+    result<void> take() noexcept {
         if (cancelled() || !m_semaphore) return cancelled_error();
         unlink();  // from the granted list
         m_granted = false;
@@ -147,6 +194,19 @@ private:
     bool m_granted = false;
 };
 
+/// acquire_permit's wait: the same queue, the permits handed over in a permit.
+class semaphore_permit_wait : public semaphore_wait {
+public:
+    semaphore_permit_wait(semaphore& s, std::size_t n) noexcept : semaphore_wait(s, n), m_owner(&s) {}
+    result<semaphore::permit> take() noexcept {
+        if (result<void> got = semaphore_wait::take(); !got) return got.error();
+        return semaphore::permit(*m_owner, count());
+    }
+
+private:
+    semaphore* m_owner;
+};
+
 }  // namespace detail
 
 inline semaphore::~semaphore() {
@@ -167,6 +227,10 @@ inline void semaphore::grant() noexcept {
 
 inline parked<detail::semaphore_wait> semaphore::acquire(std::size_t n, std::stop_token token) noexcept {
     return parked<detail::semaphore_wait>(std::move(token), *this, n);
+}
+
+inline parked<detail::semaphore_permit_wait> semaphore::acquire_permit(std::size_t n, std::stop_token token) noexcept {
+    return parked<detail::semaphore_permit_wait>(std::move(token), *this, n);
 }
 
 }  // namespace spindle

@@ -39,7 +39,7 @@ private:
     std::int64_t m_deadline;
 };
 
-/// Empty, or operation_canceled when the token stopped the sleep.
+/// result<void>: success, or operation_canceled when the token stopped the sleep.
 using sleep_awaiter = parked<sleep_wait>;
 
 struct yield_awaiter {
@@ -102,8 +102,9 @@ std::int64_t deadline_after(std::chrono::duration<Rep, Period> d) noexcept {
 // argument's token, a copy of the duration) in the awaiting frame for as long
 // as the task sleeps, 16 bytes of every sleeping frame.
 
-/// Resumes the task once `d` has passed (steady clock). Returns an empty
-/// error_code, or operation_canceled if `token` was stopped first.
+/// Resumes the task once `d` has passed (steady clock). Gives result<void>:
+/// success, or operation_canceled if `token` was stopped first (a loop that
+/// sleeps must look: a cancelled sleep returns at once, every time).
 template <class Rep, class Period>
 [[nodiscard]] detail::sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d, std::stop_token token) {
     return detail::sleep_awaiter(std::move(token), detail::deadline_after(d));

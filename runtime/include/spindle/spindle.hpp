@@ -28,4 +28,5 @@
 #include <spindle/timer.hpp>
 #include <spindle/watcher.hpp>
 #include <spindle/when_all.hpp>
+#include <spindle/race.hpp>
 #include <spindle/when_any.hpp>

@@ -8,7 +8,7 @@
 /// find data ready: a task past its deadline does not run on). What
 /// `co_await with_timeout(d, op)` gives depends on what `op` gives:
 ///
-/// - a `result<T>` (or `std::error_code`, as a sleep): the same type. If the
+/// - a `result<T>` (every wait of spindle's, `result<void>` for a sleep): the same type. If the
 ///   deadline passed, the operation's `operation_canceled` becomes `timed_out`
 ///   (std::errc::timed_out, ETIMEDOUT); any other outcome is kept, a value
 ///   that completed before the deadline included, even if the timer fired in
@@ -63,17 +63,16 @@ decltype(auto) awaiter_of(T& t) {
 
 template <class R>
 R timed_out_instead(R&& r) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::error_code>) {
-        return r == std::errc::operation_canceled ? timed_out_error() : r;
-    } else {
-        if (!r.has_value() && r.error() == std::errc::operation_canceled) return R(timed_out_error());
-        return std::forward<R>(r);
-    }
+    if (!r.has_value() && r.error() == std::errc::operation_canceled) return R(timed_out_error());
+    return std::forward<R>(r);
 }
 
-/// An operation that reports its own errors: a result or an error_code.
+/// An operation that reports its own errors: a result.
 template <class R>
-concept reports_errors = std::is_same_v<std::remove_cvref_t<R>, std::error_code> || requires(R r) { r.error(); };
+concept reports_errors = requires(R r) {
+    r.has_value();
+    r.error();
+};
 
 /// What with_timeout gives for an operation yielding `R` that reports no
 /// errors of its own: result<void>, result<T>, or result<reference_wrapper<T>>.

@@ -124,7 +124,7 @@ public:
         /// How many periods this tick stands for: 1, or more when ticks were
         /// skipped because the task came back late; or operation_canceled.
         result<std::uint64_t> await_resume() noexcept {
-            if (auto ec = m_sleep.await_resume()) return ec;
+            if (result<void> slept = m_sleep.await_resume(); !slept) return slept.error();
             std::uint64_t skipped = detail::advance_fixed_rate(m_interval.m_next, m_interval.m_period, detail::now_ns());
             return 1 + skipped;
         }

@@ -102,7 +102,7 @@ public:
     /// stops a cancelled task (spindle/budget.hpp), as a read would.
     task<result<std::string_view>> read_until(std::string_view delimiter, std::size_t max, std::stop_token token = {}) {
         if (!m_buffer.buffered().empty()) {
-            if (std::error_code ec = co_await consume_budget(token)) co_return ec;
+            if (result<void> go_on = co_await consume_budget(token); !go_on) co_return go_on.error();
         }
         m_buffer.restart_search();
         for (;;) {
@@ -163,7 +163,7 @@ public:
     /// the peer closes first.
     task<result<void>> read_exact(std::span<std::byte> out, std::stop_token token = {}) {
         if (!m_buffer.buffered().empty()) {
-            if (std::error_code ec = co_await consume_budget(token)) co_return ec;
+            if (result<void> go_on = co_await consume_budget(token); !go_on) co_return go_on.error();
         }
         out = out.subspan(m_buffer.take(out));
         while (!out.empty()) {

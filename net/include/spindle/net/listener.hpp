@@ -47,10 +47,10 @@ struct accepted {
 
 /// Binds and listens on a new socket of `type` for `at`.
 result<unique_fd> listen_on(const address& at, const listen_options& options);
-/// Whether a TCP socket bound without SO_REUSEPORT could take `at` now: no
-/// error, or the bind's (address_in_use when another socket holds the port).
-/// Nothing to check, and no error, for port 0 or a Unix address.
-std::error_code probe_port(const address& at) noexcept;
+/// Whether a TCP socket bound without SO_REUSEPORT could take `at` now: the
+/// bind's error if not (address_in_use when another socket holds the port).
+/// Nothing to check for port 0 or a Unix address.
+result<void> probe_port(const address& at) noexcept;
 /// The accept loop described above, on the listening descriptor `listener`,
 /// which must outlive the call. Closing it ends the call with
 /// operation_canceled, during a back-off too.

@@ -351,7 +351,7 @@ private:
             if (s.send_error) co_return s.send_error;
             if (s.sending) {
                 s.output_drained.reset();
-                if (std::error_code ec = co_await s.output_drained.wait(token)) co_return ec;
+                if (result<void> drained = co_await s.output_drained.wait(token); !drained) co_return drained;
                 continue;
             }
             result<std::size_t> n = std::make_error_code(std::errc::operation_canceled);
@@ -377,7 +377,7 @@ private:
         if (s.receive_error) co_return s.receive_error;
         if (s.receiving) {
             s.input_arrived.reset();
-            if (std::error_code ec = co_await s.input_arrived.wait(token)) co_return ec;
+            if (result<void> arrived = co_await s.input_arrived.wait(token); !arrived) co_return arrived;
             co_return result<void>{};
         }
         const std::span<std::byte> space = s.input_space();  // before `receiving`: it may compact
