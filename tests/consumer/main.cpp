@@ -23,7 +23,7 @@ spindle::task<std::array<std::byte, 4>> serve(net::tcp_listener& listener) {
 }
 
 spindle::task<void> send_ping(net::address to) {
-    co_await spindle::sleep_for(1ms);  // the accept is parked by now
+    (void)co_await spindle::sleep_for(1ms);  // the accept is parked by now
     net::tcp_stream stream = (co_await net::tcp_stream::connect(to)).value();
     (co_await net::write_all(stream, {"pi", "ng"})).value();  // one gather write of two pieces
 }
