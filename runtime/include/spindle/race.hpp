@@ -47,16 +47,7 @@ task<std::variant<detail::joined_t<T>...>> race(task<T>... tasks) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
         (children.push_back(l.spawn(detail::race_entry<I>(std::move(tasks), shared), "race")), ...);
     }(std::index_sequence_for<T...>{});
-    detail::when_all_children guard(children.size());
-    for (auto& child : children) {
-        guard.add(child.header_ptr());
-        race.add_child(child.header_ptr());
-    }
-    co_await detail::race_base::wait(std::stop_token{}, race);
-    race.cancel_others();
-    for (auto& child : children) co_await child;
-    race.rethrow_if_failed();
-    co_return race.take();
+    co_return co_await detail::settle_race(race, children);
 }
 
 /// The winner's index and result.
@@ -71,17 +62,8 @@ task<std::pair<std::size_t, detail::joined_t<T>>> race(std::vector<task<T>> task
     children.reserve(tasks.size());
     for (std::size_t i = 0; i < tasks.size(); ++i)
         children.push_back(l.spawn(detail::race_entry_at(std::move(tasks[i]), shared, i), "race"));
-    detail::when_all_children guard(children.size());
-    for (auto& child : children) {
-        guard.add(child.header_ptr());
-        race.add_child(child.header_ptr());
-    }
-    co_await detail::race_base::wait(std::stop_token{}, race);
-    race.cancel_others();
-    for (auto& child : children) co_await child;
-    race.rethrow_if_failed();
-    const std::size_t index = race.winner();
-    co_return std::pair<std::size_t, detail::joined_t<T>>(index, race.take());
+    result_type winner = co_await detail::settle_race(race, children);
+    co_return std::pair<std::size_t, detail::joined_t<T>>(race.winner(), std::move(winner));
 }
 
 }  // namespace spindle

@@ -16,7 +16,7 @@
 ///
 ///     result<semaphore::permit> p = co_await downloads.acquire_permit();
 ///     if (!p) co_return p.error();
-///     co_await fetch(url);  // the permit is released at the end of the scope
+///     co_return co_await fetch(url);  // the permit goes back when the frame ends
 ///
 /// Lifetimes: a waiter whose frame is destroyed while queued leaves the queue
 /// (and the waiters behind it are served if they now fit); one destroyed after
@@ -182,6 +182,7 @@ public:
         complete();
     }
     std::size_t count() const noexcept { return m_count; }
+    semaphore* owner() const noexcept { return m_semaphore; }
     void semaphore_gone() noexcept {
         m_semaphore = nullptr;
         m_granted = false;
@@ -197,14 +198,11 @@ private:
 /// acquire_permit's wait: the same queue, the permits handed over in a permit.
 class semaphore_permit_wait : public semaphore_wait {
 public:
-    semaphore_permit_wait(semaphore& s, std::size_t n) noexcept : semaphore_wait(s, n), m_owner(&s) {}
+    using semaphore_wait::semaphore_wait;
     result<semaphore::permit> take() noexcept {
         if (result<void> got = semaphore_wait::take(); !got) return got.error();
-        return semaphore::permit(*m_owner, count());
+        return semaphore::permit(*owner(), count());
     }
-
-private:
-    semaphore* m_owner;
 };
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // The engine of spindle::race (race.hpp): the shared race, the awaiting
 // task's wait on it, and the entry task that runs each contestant.
 
+#include <spindle/join_handle.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
 #include <spindle/when_all.hpp>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -136,6 +138,23 @@ task<void> race_entry_at(task<T> t, std::shared_ptr<race<R>> shared, std::size_t
     } catch (...) {
         if (!r.decided()) r.lose_with(std::current_exception(), index);
     }
+}
+
+/// The end both race()s share: waits until a child decides the race, cancels
+/// the others, waits for every child, then gives the winner's result (or
+/// rethrows its exception). Destroyed early, its guard aborts the children.
+template <class R>
+task<R> settle_race(race<R>& r, std::vector<join_handle<void>>& children) {
+    when_all_children guard(children.size());
+    for (auto& child : children) {
+        guard.add(child.header_ptr());
+        r.add_child(child.header_ptr());
+    }
+    co_await race_base::wait(std::stop_token{}, r);
+    r.cancel_others();
+    for (auto& child : children) co_await child;
+    r.rethrow_if_failed();
+    co_return r.take();
 }
 
 }  // namespace detail
