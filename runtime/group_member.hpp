@@ -3,9 +3,14 @@
 // cross-loop calls, taken once per tick, and the doorbells rung at the end
 // of the tick for the loops this one sent to. Private to the runtime.
 
+#include "post_inbox.hpp"
+
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace spindle::detail {
@@ -65,6 +70,23 @@ public:
         m_dirty.reserve(n);
     }
 
+    /// Step 2 of the tick, after the posts: the calls other loops sent, then
+    /// the doorbells of the loops this tick sent to (one each, however many calls).
+    void exchange_mail() {
+        take_mail();
+        send_mail();
+    }
+    /// Before the loop polls the OS with `timeout`: sends its mail and, when
+    /// calls or replies are expected soon, looks for them (or a post in
+    /// `inbox`) a little before it sleeps, so that a stream costs no
+    /// wake-ups. The timeout to poll with: zero when something came.
+    std::chrono::nanoseconds before_poll(std::chrono::nanoseconds timeout, const post_inbox& inbox) noexcept {
+        send_mail();
+        if (timeout != std::chrono::nanoseconds::zero() && expects_mail() && spin_for_mail(timeout, inbox))
+            return std::chrono::nanoseconds::zero();
+        return timeout;
+    }
+
     /// When the group is done, before the loop goes: destroys what its rings
     /// still hold, unrun.
     void discard_mail() noexcept;
@@ -73,6 +95,25 @@ public:
     void ring() noexcept { m_mail.store(true, std::memory_order_seq_cst); }
 
 private:
+    bool spin_for_mail(std::chrono::nanoseconds timeout, const post_inbox& inbox) const noexcept {
+        using std::chrono::steady_clock;
+        std::int64_t budget = m_spin_ns;
+        if (timeout > std::chrono::nanoseconds::zero()) budget = std::min<std::int64_t>(budget, timeout.count());
+        if (budget <= 0) return false;
+        const auto until = steady_clock::now() + std::chrono::nanoseconds(budget);
+        do {
+            for (int i = 0; i < 64; ++i) {
+                if (mail_waiting() || inbox.queued()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+            // Another thread runnable on this CPU (a loop of an oversubscribed
+            // group) runs meanwhile.
+            std::this_thread::yield();
+        } while (steady_clock::now() < until);
+        return false;
+    }
     void drain();
     void ring_doorbells() noexcept;
 

@@ -1,7 +1,7 @@
-// The loop: the tick, the ready queue, posts and the lives of tasks. The
-// loop's services live in files of their own: signals.cpp, watchers.cpp,
-// descriptors.cpp, task_dump.cpp, metrics.cpp, stall_monitor.cpp; descriptor
-// I/O in io.cpp.
+// The loop: the tick, the ready queue and the lives of tasks. The loop's
+// services live in files of their own: post_inbox, poll_pacing, stall_probe
+// (stall_monitor.cpp), group_member, signals, watchers, timer_queue;
+// descriptors.cpp, task_dump.cpp, metrics.cpp; descriptor I/O in io.cpp.
 
 #include "group_member.hpp"
 #include "loop_core.hpp"
@@ -25,10 +25,6 @@ namespace spindle {
 namespace {
 
 thread_local detail::loop_core* t_current = nullptr;
-
-// While resumes are short, the clock is read for the poll interval after
-// every this many: a clock read costs about as much as a yield.
-constexpr unsigned check_every = 16;
 
 // Makes `core` the current loop for a scope: awaitables find their loop and
 // task through it. Nested scopes (a loop driven from inside another's task) restore.
@@ -192,19 +188,20 @@ void idle_wait::on_park() { core().add_idle_waiter(*this); }
 // --- construction and teardown ----------------------------------------------
 
 loop_core::loop_core(loop& owner, loop_options options)
-    : m_owner(owner), m_options(options), m_backend(open_backend(options)), m_watchers(*this) {
-    m_poll_interval_ns = std::max<std::int64_t>(0, m_options.poll_interval.count());
-    // Resumes are taken for long until measured short: the clock is read
-    // after each of the first few dozen, never after 16 long ones.
-    m_resume_ns = std::max<std::int64_t>(m_poll_interval_ns, 1);
+    : m_owner(owner),
+      m_options(options),
+      m_backend(open_backend(options)),
+      m_pacing(options.poll_interval.count(), steady_ns()),
+      m_inbox(*m_backend, m_counters),
+      m_stall(m_pacing, m_counters),
+      m_watchers(*this),
+      m_run_times(m_counters) {
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
     m_timers.set_slack(m_options.timer_slack.count(), m_options.scaled_timer_slack);
     m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
-    m_recent_ns = m_virtual_ns = m_last_poll_real_ns = steady_ns();
-    m_last_check_real_ns = m_last_poll_real_ns;
-    m_awake_since_ns = m_last_poll_real_ns;
+    m_recent_ns = m_virtual_ns = m_awake_since_ns = steady_ns();
     if (m_options.stall_threshold > std::chrono::nanoseconds::zero()) {
         watch_for_stalls(*this);
         m_watched = true;
@@ -218,9 +215,7 @@ loop_core::~loop_core() {
 
 void loop_core::shutdown() noexcept {
     if (m_closing) return;
-    // Another thread may still be inside post() or ~hold(), past the point
-    // where this loop could see its work: let it leave first (nanoseconds).
-    while (m_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    m_inbox.wait_for_leavers();
     m_closing = true;
     current_scope scope(this);
     // Parked tasks first: their frames' destructors withdraw timers and
@@ -237,8 +232,7 @@ void loop_core::shutdown() noexcept {
     m_batch.clear();
     m_idle.clear();
     m_run_times.clear();
-    // Posts that never ran are destroyed unrun.
-    while (post_node* node = m_posts.pop()) node->m_call(node, false);
+    m_inbox.discard_unrun();
     m_watchers.detach_all();
     m_timers.clear();
     m_signals.reset();  // withdraws its operation from the backend, still alive here
@@ -278,9 +272,9 @@ void loop_core::task_finished(task_header& t) noexcept {
     // Finished inside its own resume: the tick must not touch `t` after it,
     // which it learns from m_running (the stall monitor too: no resume runs).
     if (&t == m_running.load()) {
-        m_finished_id = t.m_id;
-        if (m_stall_flag.load(std::memory_order_relaxed)) [[unlikely]]
-            on_stall_flag(&t, m_resumes_until_check.load(), true);
+        m_stall.note_finished(t.m_id);
+        if (m_stall.flagged()) [[unlikely]]
+            m_stall.take_flag(&t, m_pacing.countdown(), true);
         m_running = nullptr;
     }
     waiter* joiner = std::exchange(t.m_joiner, nullptr);  // before finish, which may store an error in its place
@@ -291,7 +285,7 @@ void loop_core::task_finished(task_header& t) noexcept {
     if (t.m_status == task_status::failed) [[unlikely]]
         ++m_counters.tasks_failed;
     if (m_options.task_run_histogram) [[unlikely]]
-        m_run_times.erase(&t);
+        m_run_times.erase(t);
     if (t.m_status == task_status::failed && t.m_refs == 1) log_unobserved_failure(t);
     if (joiner) joiner->complete();
     release_task(t);
@@ -309,7 +303,7 @@ void loop_core::abort_task(task_header& t) {
     --m_task_count;
     ++m_counters.tasks_finished;
     if (m_options.task_run_histogram) [[unlikely]]
-        m_run_times.erase(&t);
+        m_run_times.erase(t);
     // Keep the header alive while the frame's destructors run.
     ++t.m_refs;
     destroy_frame(t);
@@ -363,8 +357,8 @@ void loop_core::leave_loop() noexcept {
 // --- running -----------------------------------------------------------------
 
 bool loop_core::has_work() const noexcept {
-    return m_task_count > 0 || !m_timers.empty() || m_watchers.has_work() || m_holds.load(std::memory_order_acquire) > 0 ||
-           m_posted.load(std::memory_order_acquire) != m_posts_run || !m_posts.empty();
+    return m_task_count > 0 || !m_timers.empty() || m_watchers.has_work() || m_inbox.held() || m_inbox.due() ||
+           m_inbox.queued();
 }
 
 void loop_core::run() {
@@ -391,42 +385,10 @@ bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
     // queued after its poll (a timer callback's watcher, say) must reach the
     // OS, and posters must wake it.
     m_backend->flush();
-    m_sleeping.store(true, std::memory_order_seq_cst);
-    if (!m_posts.empty()) m_backend->wake();
+    m_inbox.announce_sleep();
+    if (m_inbox.queued()) m_backend->wake();
     leave_loop();
     return has_work();
-}
-
-void loop_core::post(post_node* node) noexcept {
-    // Once the node is in, the loop may run it, finish and be destroyed while
-    // this thread still has to look at the flags: ~loop waits for m_in_flight.
-    m_in_flight.fetch_add(1, std::memory_order_acq_rel);
-    m_posts.push(node);
-    m_posted.fetch_add(1, std::memory_order_seq_cst);
-    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel)) {
-        m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
-        m_backend->wake();
-    }
-    m_in_flight.fetch_sub(1, std::memory_order_release);
-}
-
-void loop_core::wake_if_sleeping() noexcept {
-    if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel)) {
-        m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
-        m_backend->wake();
-    }
-}
-
-void loop_core::hold_acquire() noexcept { m_holds.fetch_add(1, std::memory_order_acq_rel); }
-
-void loop_core::hold_release() noexcept {
-    // Once the count drops, the loop may return from run() and be destroyed
-    // before wake() is called: the in-flight count makes ~loop wait for us.
-    m_in_flight.fetch_add(1, std::memory_order_acq_rel);
-    m_holds.fetch_sub(1, std::memory_order_acq_rel);
-    m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
-    m_backend->wake();  // let run() see that the work may be over
-    m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 // Resumes the tasks of m_batch, each once. Timed (loop_options::
@@ -441,13 +403,12 @@ inline void loop_core::resume_batch() noexcept {
         m_running = t;
         t_budget = full_budget;
         if constexpr (Timed) {
-            // Found before the resume: afterwards `t` (and its entry) may be gone.
-            run_time_histogram* own = &m_run_times[t];
+            run_time_histogram* own = m_run_times.of(*t);
             t->m_resume.resume();
             const std::int64_t end = steady_ns();
             // The task's own histogram went with its header if it finished
             // (task_finished clears m_running).
-            record_run_time(m_running.load() ? own : nullptr, end - start);
+            m_run_times.record(m_running.load() ? own : nullptr, end - start);
             start = end;
         } else {
             t->m_resume.resume();  // `t` may be freed when this returns
@@ -455,17 +416,17 @@ inline void loop_core::resume_batch() noexcept {
         ++resumed;
         // Zero: the stall monitor flagged this resume (flag_stall), which
         // costs nothing here: the countdown is read after every resume anyway.
-        const unsigned countdown = m_resumes_until_check;
+        const unsigned countdown = m_pacing.countdown();
         if (countdown <= 1) [[unlikely]] {
             // The monitor's zero follows its finding (a release exchange).
             if (countdown == 0) std::atomic_thread_fence(std::memory_order_acquire);
-            if (m_stall_flag.load(std::memory_order_relaxed)) on_stall_flag(m_running.load() ? t : nullptr, countdown);
-            m_resumes_until_check = 0;
+            if (m_stall.flagged()) m_stall.take_flag(m_running.load() ? t : nullptr, countdown);
+            m_pacing.set_countdown(0);
             m_running = nullptr;
             check_poll_interval();
             if constexpr (Timed) start = steady_ns();
         } else {
-            m_resumes_until_check = countdown - 1;
+            m_pacing.set_countdown(countdown - 1);
         }
     }
     m_running = nullptr;
@@ -474,88 +435,69 @@ inline void loop_core::resume_batch() noexcept {
     if (resumed > m_counters.ready_depth_max.load()) m_counters.ready_depth_max = resumed;
 }
 
-// A tick, in order (docs/architecture.md):
+// A tick, in order (docs/architecture.md, "A tick"):
 //  1. resume each task that was ready when the tick began, exactly once;
-//  2. run posted callbacks (immediate work, before any timer);
+//  2. run posted callbacks (immediate work, before any timer), then a loop
+//     group's mail;
 //  3. poll the OS (at least every poll_interval while tasks stay ready), dispatch watchers;
 //  4. fire expired timers in (deadline, insertion) order;
 //  5. wake a bounded batch of idle waiters if nothing else is ready.
 void loop_core::tick(std::chrono::nanoseconds max_wait) {
-    // Inside a tick the loop looks at its posts by itself: posters need not wake
-    // it. (Load first: a store per tick would bounce the line between threads.)
-    if (m_sleeping.load(std::memory_order_relaxed)) m_sleeping.store(false, std::memory_order_relaxed);
-    // 1. Swapping the queue out first is what keeps a task that yields in a
-    //    loop from running twice in one tick and starving the others.
-    m_batch.splice_back(m_ready);
-    ++m_counters.ticks;
-    if (!m_batch.empty()) [[likely]] {
-        // A loop may be driven from inside another's task: keep that task's budget.
-        const std::uint32_t outer_budget = t_budget;
-        if (m_options.task_run_histogram) [[unlikely]]
-            resume_batch<true>();
-        else
-            resume_batch<false>();
-        t_budget = outer_budget;
-    } else {
-        m_counters.ready_depth = 0;
-    }
-
-    // 2. Then the calls other loops of a group sent, and the doorbells of
-    //    the loops this tick sent to (one each, however many calls).
-    run_posts();
-    if (m_member) {
-        m_member->take_mail();
-        m_member->send_mail();
-    }
-
-    // 3. While tasks are ready, the OS is looked at only when the poll
-    //    interval ran out (then already, in the middle of step 1): a
-    //    zero-timeout poll is a syscall, more than fifty yields cost. A host
-    //    driving the loop with poll() ticks rarely: it reads the clock each time.
-    const bool busy = !m_ready.empty();
-    const bool polled = std::exchange(m_polled_in_batch, false);
-    if (busy && !polled) {
-        if (max_wait != std::chrono::nanoseconds::zero()) return;
-        if (steady_ns() - m_last_poll_real_ns < m_poll_interval_ns) return;
-    }
-    if (!(busy && polled)) {
-        const std::chrono::nanoseconds timeout = poll_timeout(max_wait);
-        if (m_options.virtual_time && timeout != std::chrono::nanoseconds::zero()) {
-            // Instead of sleeping until the next deadline, look at the OS without
-            // waiting and, if nothing is ready, move the clock to the deadline.
-            if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && !m_watchers.has_fired() &&
-                m_posted.load(std::memory_order_acquire) == m_posts_run)
-                advance_virtual_time(max_wait);
-        } else {
-            poll_os(timeout);
-        }
-    }
+    m_inbox.note_awake();  // inside a tick, posters need not wake the loop
+    resume_ready();
+    m_inbox.run_due();
+    if (m_member) m_member->exchange_mail();
+    if (!look_at_os(max_wait)) return;  // tasks are ready, the poll interval has not run out
     m_watchers.dispatch();
-
-    // 4.
     if (!m_timers.empty()) m_counters.timers_fired.add(m_timers.fire_expired(clock_ns()));
-
-    // 5.
-    if (m_ready.empty() && !m_idle.empty() && m_posted.load(std::memory_order_acquire) == m_posts_run)
-        wake_idle_waiters();
+    if (m_ready.empty() && !m_idle.empty() && !m_inbox.due()) wake_idle_waiters();
 }
 
-void loop_core::record_run_time(run_time_histogram* own, std::int64_t ran) noexcept {
-    const std::size_t bucket = run_time_bucket(ran);
-    ++m_counters.run_counts[bucket];
-    m_counters.run_total_ns.add(ran);
-    if (ran > m_counters.run_max_ns.load()) m_counters.run_max_ns = ran;
-    if (own) {
-        ++own->counts[bucket];
-        own->total += std::chrono::nanoseconds(ran);
-        own->max = std::max(own->max, std::chrono::nanoseconds(ran));
+// Step 1. Swapping the queue out first is what keeps a task that yields in a
+// loop from running twice in one tick and starving the others.
+inline void loop_core::resume_ready() noexcept {
+    m_batch.splice_back(m_ready);
+    ++m_counters.ticks;
+    if (m_batch.empty()) [[unlikely]] {
+        m_counters.ready_depth = 0;
+        return;
     }
+    // A loop may be driven from inside another's task: keep that task's budget.
+    const std::uint32_t outer_budget = t_budget;
+    if (m_options.task_run_histogram) [[unlikely]]
+        resume_batch<true>();
+    else
+        resume_batch<false>();
+    t_budget = outer_budget;
+}
+
+// Step 3. While tasks are ready, the OS is looked at only when the poll
+// interval ran out (then already, in the middle of step 1): a zero-timeout
+// poll is a syscall, more than fifty yields cost. A host driving the loop
+// with poll() ticks rarely: it reads the clock each time. False when the
+// tick ends here.
+inline bool loop_core::look_at_os(std::chrono::nanoseconds max_wait) {
+    const bool busy = !m_ready.empty();
+    const bool polled = m_pacing.take_polled_in_batch();
+    if (busy && polled) return true;
+    if (busy && (max_wait != std::chrono::nanoseconds::zero() || !m_pacing.due(steady_ns()))) return false;
+    const std::chrono::nanoseconds timeout = poll_timeout(max_wait);
+    if (m_options.virtual_time && timeout != std::chrono::nanoseconds::zero()) {
+        // Instead of sleeping until the next deadline, look at the OS without
+        // waiting and, if nothing is ready, move the clock to the deadline.
+        if (poll_os(std::chrono::nanoseconds::zero()) == 0 && m_ready.empty() && !m_watchers.has_fired() &&
+            !m_inbox.due())
+            advance_virtual_time(max_wait);
+    } else {
+        poll_os(timeout);
+    }
+    return true;
 }
 
 std::chrono::nanoseconds loop_core::poll_timeout(std::chrono::nanoseconds max_wait) {
     using std::chrono::nanoseconds;
     if (max_wait == nanoseconds::zero() || !m_ready.empty() || !m_idle.empty() || m_watchers.has_fired() ||
-        m_stop.load(std::memory_order_relaxed) || m_posted.load(std::memory_order_acquire) != m_posts_run)
+        m_stop.load(std::memory_order_relaxed) || m_inbox.due())
         return nanoseconds::zero();
     // Whoever drives the loop is about to return: a last look at the OS, no wait.
     if (!has_work() || (m_awaited && m_awaited->m_status != task_status::running)) return nanoseconds::zero();
@@ -580,47 +522,21 @@ void loop_core::advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept
     m_recent_ns = m_virtual_ns;
 }
 
-bool loop_core::spin_for_mail(std::chrono::nanoseconds timeout) noexcept {
-    std::int64_t budget = m_member->spin_ns();
-    if (timeout > std::chrono::nanoseconds::zero()) budget = std::min<std::int64_t>(budget, timeout.count());
-    if (budget <= 0) return false;
-    const std::int64_t until = steady_ns() + budget;
-    do {
-        for (int i = 0; i < 64; ++i) {
-            if (m_member->mail_waiting() || !m_posts.empty()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        }
-        // Another thread runnable on this CPU (a loop of an oversubscribed
-        // group) runs meanwhile.
-        std::this_thread::yield();
-    } while (steady_ns() < until);
-    return false;
-}
-
 int loop_core::poll_os(std::chrono::nanoseconds timeout) {
-    if (m_member) {
-        m_member->send_mail();
-        // A group's loop that expects calls or replies soon looks for them
-        // a little before it sleeps: a stream then costs no wake-ups.
-        if (timeout != std::chrono::nanoseconds::zero() && m_member->expects_mail() && spin_for_mail(timeout))
-            timeout = std::chrono::nanoseconds::zero();
-    }
+    if (m_member) timeout = m_member->before_poll(timeout, m_inbox);
     if (timeout != std::chrono::nanoseconds::zero()) {
         // Announce the sleep, then look at the post queue (and the group's
         // doorbell) once more: a poster either saw the flag (and wakes us) or
         // we see its node here.
-        m_sleeping.store(true, std::memory_order_seq_cst);
-        if (!m_posts.empty() || (m_member && m_member->has_mail())) timeout = std::chrono::nanoseconds::zero();
+        m_inbox.announce_sleep();
+        if (m_inbox.queued() || (m_member && m_member->has_mail())) timeout = std::chrono::nanoseconds::zero();
     }
     // A poll that may block is timed, so busy and waiting time add up; one
     // that cannot costs no extra clock read.
     const bool may_block = timeout != std::chrono::nanoseconds::zero();
     const std::int64_t before = may_block ? steady_ns() : 0;
     const int completed = m_backend->poll(timeout);
-    m_sleeping.store(false, std::memory_order_relaxed);
-    m_wake_sent.store(false, std::memory_order_relaxed);
+    m_inbox.note_polled();
     // The one clock read a poll costs; parked tasks are stamped with it.
     const std::int64_t now = steady_ns();
     ++m_counters.polls;
@@ -634,49 +550,17 @@ int loop_core::poll_os(std::chrono::nanoseconds timeout) {
         m_awake_since_ns = now;
     }
     m_recent_ns = m_options.virtual_time ? m_virtual_ns : now;
-    m_last_poll_real_ns = m_last_check_real_ns = now;
-    plan_next_check(m_poll_interval_ns);
+    m_pacing.polled(now);
     return completed;
 }
 
 void loop_core::check_poll_interval() {
-    const std::int64_t now = steady_ns();
-    // How long a resume takes: a longer one counts at once, shorter ones
-    // lower the estimate slowly, so that a few short resumes among long ones
-    // do not stretch the next check over many long ones.
-    const std::int64_t per_resume = (now - m_last_check_real_ns.load()) / m_check_span;
-    m_resume_ns = per_resume > m_resume_ns ? per_resume : (3 * m_resume_ns + per_resume) / 4;
-    m_last_check_real_ns = now;
-    const std::int64_t since_poll = now - m_last_poll_real_ns;
-    if (since_poll < m_poll_interval_ns) {
-        plan_next_check(m_poll_interval_ns - since_poll);
-        return;
-    }
+    if (!m_pacing.interval_over(steady_ns())) return;
     // Send what the tick's tasks asked for and collect what completed: those
     // tasks join the next tick, which keeps each one resumed once per tick.
     // Watchers and timers follow in step 3, in their usual order.
     poll_os(std::chrono::nanoseconds::zero());
-    m_polled_in_batch = true;
-}
-
-void loop_core::plan_next_check(std::int64_t left_ns) noexcept {
-    // As many resumes as fit in what is left of the interval, at most
-    // check_every (a clock read costs about as much as a yield), at least one.
-    std::int64_t n = m_resume_ns > 0 ? left_ns / m_resume_ns : check_every;
-    n = std::clamp<std::int64_t>(n, 1, check_every);
-    m_check_span = m_resumes_until_check = static_cast<unsigned>(n);
-}
-
-void loop_core::run_posts() {
-    // Only what was posted before this point runs now; a callback that posts
-    // again lands in the next tick, so posts cannot starve the loop either.
-    const std::uint64_t target = m_posted.load(std::memory_order_acquire);
-    while (m_posts_run < target) {
-        post_node* node = m_posts.pop();
-        if (!node) break;  // a push is half done; it runs next tick
-        ++m_posts_run;
-        node->m_call(node, true);
-    }
+    m_pacing.note_polled_in_batch();
 }
 
 void loop_core::wake_idle_waiters() noexcept {
@@ -689,8 +573,7 @@ void loop_core::wake_idle_waiters() noexcept {
 
 std::optional<std::chrono::nanoseconds> loop_core::time_to_next_deadline() {
     using std::chrono::nanoseconds;
-    if (!m_ready.empty() || !m_idle.empty() || m_watchers.has_fired() ||
-        m_posted.load(std::memory_order_acquire) != m_posts_run || !m_posts.empty())
+    if (!m_ready.empty() || !m_idle.empty() || m_watchers.has_fired() || m_inbox.due() || m_inbox.queued())
         return nanoseconds::zero();
     std::int64_t deadline = m_timers.next_deadline();
     if (deadline == timer_queue::no_deadline) return std::nullopt;

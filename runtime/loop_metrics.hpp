@@ -7,9 +7,12 @@
 
 #include <spindle/metrics.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <unordered_map>
 
 namespace spindle::detail {
 
@@ -43,5 +46,43 @@ inline std::size_t run_time_bucket(std::int64_t ns) noexcept {
     const std::size_t b = us == 0 ? 0 : static_cast<std::size_t>(64 - __builtin_clzll(us));
     return b < run_time_buckets ? b : run_time_buckets - 1;
 }
+
+struct task_header;
+
+/// loop_options::task_run_histogram: how long each resume took, for the loop
+/// (in its counters) and for each live task, kept beside the tasks so that a
+/// task header costs no more without it.
+class run_time_table {
+public:
+    explicit run_time_table(loop_counters& counters) noexcept : m_counters(counters) {}
+
+    /// The histogram of `t`, made if needed: found before a resume, since
+    /// afterwards `t` (and its entry) may be gone.
+    run_time_histogram* of(const task_header& t) { return &m_by_task[&t]; }
+    const run_time_histogram* find(const task_header& t) const noexcept {
+        auto it = m_by_task.find(&t);
+        return it == m_by_task.end() ? nullptr : &it->second;
+    }
+    void erase(const task_header& t) noexcept { m_by_task.erase(&t); }
+    void clear() noexcept { m_by_task.clear(); }
+
+    /// A resume took `ran` ns; `own` is its task's histogram, or null when
+    /// the task finished in that resume (its histogram went with it).
+    void record(run_time_histogram* own, std::int64_t ran) noexcept {
+        const std::size_t bucket = run_time_bucket(ran);
+        ++m_counters.run_counts[bucket];
+        m_counters.run_total_ns.add(ran);
+        if (ran > m_counters.run_max_ns.load()) m_counters.run_max_ns = ran;
+        if (own) {
+            ++own->counts[bucket];
+            own->total += std::chrono::nanoseconds(ran);
+            own->max = std::max(own->max, std::chrono::nanoseconds(ran));
+        }
+    }
+
+private:
+    loop_counters& m_counters;
+    std::unordered_map<const task_header*, run_time_histogram> m_by_task;
+};
 
 }  // namespace spindle::detail

@@ -75,7 +75,7 @@ private:
     struct watched {
         loop_core* core;
         std::int64_t threshold_ns;
-        loop_core::resume_probe last;
+        resume_probe last;
         std::int64_t first_seen_ns;  // when `last` was first seen
         bool flagged;
     };
@@ -100,7 +100,7 @@ private:
             const std::int64_t now = steady_ns();
             bool all_quiet = true;
             for (watched& w : m_loops) {
-                const loop_core::resume_probe p = w.core->probe();
+                const resume_probe p = w.core->probe();
                 if (p != w.last) {
                     w.last = p;
                     w.first_seen_ns = now;
@@ -111,7 +111,7 @@ private:
                 if (!p.running) continue;  // asleep or between resumes, unchanged: quiet
                 all_quiet = false;
                 if (!w.flagged && now - w.first_seen_ns >= w.threshold_ns) {
-                    w.core->flag_stall(p, w.first_seen_ns);
+                    w.core->stall().flag(p, w.first_seen_ns);
                     w.flagged = true;
                 }
             }
@@ -140,44 +140,44 @@ void wake_stall_monitor() noexcept { stall_monitor::instance().wake(); }
 
 namespace spindle::detail {
 
-void loop_core::flag_stall(const resume_probe& probe, std::int64_t since_ns) noexcept {
-    m_stall_epoch.store(probe.epoch, std::memory_order_relaxed);
-    m_stall_countdown.store(probe.countdown, std::memory_order_relaxed);
-    m_stall_since_ns.store(since_ns, std::memory_order_relaxed);
-    m_stall_flag.store(true, std::memory_order_release);
+void stall_probe::flag(const resume_probe& probe, std::int64_t since_ns) noexcept {
+    m_epoch.store(probe.epoch, std::memory_order_relaxed);
+    m_countdown.store(probe.countdown, std::memory_order_relaxed);
+    m_since_ns.store(since_ns, std::memory_order_relaxed);
+    m_flag.store(true, std::memory_order_release);
     // The countdown is never zero while a resume runs: zero tells the loop,
     // when this resume returns, to look. If the resume has just ended, the
     // exchange fails, or the loop's own store of the next count replaces it
     // (it reads and writes the countdown without a locked instruction): the
     // flag is then found at the next clock check, and not pinned on a task.
-    (void)m_resumes_until_check.compare_exchange_release(probe.countdown, 0);
+    (void)m_pacing.cut_countdown(probe.countdown);
 }
 
-void loop_core::on_stall_flag(task_header* t, unsigned countdown, bool finishing) noexcept {
-    if (!m_stall_flag.exchange(false, std::memory_order_acquire)) return;
-    const std::int64_t since = m_stall_since_ns.load(std::memory_order_relaxed);
+void stall_probe::take_flag(const task_header* t, unsigned countdown, bool finishing) noexcept {
+    if (!m_flag.exchange(false, std::memory_order_acquire)) return;
+    const std::int64_t since = m_since_ns.load(std::memory_order_relaxed);
     ++m_counters.stalls;
     // The resume that just returned (or is finishing its task) is the one
     // flagged when it ran in the flagged epoch with the flagged countdown, or
     // the monitor's zero reached it (in that epoch: a zero that landed late,
     // on the next span, must not name that span's task).
-    const bool this_resume = m_stall_epoch.load(std::memory_order_relaxed) == m_last_check_real_ns.load() &&
-                             (countdown == 0 || m_stall_countdown.load(std::memory_order_relaxed) == countdown);
+    const bool this_resume = m_epoch.load(std::memory_order_relaxed) == m_pacing.epoch() &&
+                             (countdown == 0 || m_countdown.load(std::memory_order_relaxed) == countdown);
     if (!this_resume) {
         // The resume it names ended just as the monitor looked: its task is
         // no longer known here.
-        report_stall(nullptr, false, 0, since);
+        report(nullptr, false, 0, since);
     } else if (finishing) {
-        report_stall(t, true, t->m_id, since);
+        report(t, true, t->m_id, since);
     } else if (!t) {
         // The task finished in this resume, and its header may be gone.
-        report_stall(nullptr, true, m_finished_id, since);
+        report(nullptr, true, m_finished_id, since);
     } else {
-        report_stall(t, false, t->m_id, since);
+        report(t, false, t->m_id, since);
     }
 }
 
-void loop_core::report_stall(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept {
+void stall_probe::report(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept {
     try {
         const std::int64_t ms = (now_real_ns() - since_ns) / 1'000'000;
         if (id == 0) {

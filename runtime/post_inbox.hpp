@@ -1,0 +1,102 @@
+#pragma once
+// A loop's inbox: callbacks posted from any thread, the holds that keep the
+// loop running for work elsewhere, and the sleep flag that decides whether a
+// poster must wake the loop. Private to the runtime (loop_core owns one).
+//
+// The rule that loses no wake-up: the loop announces its sleep (a seq_cst
+// store), then looks at the queue once more; a poster pushes (seq_cst), then
+// looks at the flag. One of the two sees the other.
+
+#include "loop_metrics.hpp"
+#include "relaxed.hpp"
+
+#include <spindle/detail/post_queue.hpp>
+#include <spindle/reactor/backend.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace spindle::detail {
+
+class post_inbox {
+public:
+    post_inbox(reactor::backend& backend, loop_counters& counters) noexcept
+        : m_backend(backend), m_counters(counters) {}
+    post_inbox(const post_inbox&) = delete;
+    post_inbox& operator=(const post_inbox&) = delete;
+
+    // --- any thread
+    void push(post_node* node) noexcept {
+        // Once the node is in, the loop may run it, finish and be destroyed
+        // while this thread still looks at the flags: wait_for_leavers().
+        m_in_flight.fetch_add(1, std::memory_order_acq_rel);
+        m_posts.push(node);
+        m_posted.fetch_add(1, std::memory_order_seq_cst);
+        wake_if_sleeping();
+        m_in_flight.fetch_sub(1, std::memory_order_release);
+    }
+    /// Wakes the loop if it sleeps in the OS, once until it wakes (after a
+    /// seq_cst store of what it should find: a loop group's doorbell).
+    void wake_if_sleeping() noexcept {
+        if (m_sleeping.load(std::memory_order_seq_cst) && !m_wake_sent.exchange(true, std::memory_order_acq_rel)) {
+            m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
+            m_backend.wake();
+        }
+    }
+    void hold_acquire() noexcept { m_holds.fetch_add(1, std::memory_order_acq_rel); }
+    void hold_release() noexcept;
+
+    // --- the loop's thread
+    /// Runs what was posted before this call; a callback that posts again
+    /// lands in the next tick, so posts cannot starve the loop.
+    void run_due() {
+        const std::uint64_t target = m_posted.load(std::memory_order_acquire);
+        while (m_posts_run < target) {
+            post_node* node = m_posts.pop();
+            if (!node) break;  // a push is half done; it runs next tick
+            ++m_posts_run;
+            node->m_call(node, true);
+        }
+    }
+    /// Something was posted that has not run yet (perhaps still being pushed).
+    bool due() const noexcept { return m_posted.load(std::memory_order_acquire) != m_posts_run; }
+    /// A node is in the queue, or being pushed.
+    bool queued() const noexcept { return !m_posts.empty(); }
+    bool held() const noexcept { return m_holds.load(std::memory_order_acquire) > 0; }
+    std::uint64_t posts_run() const noexcept { return m_posts_run.load(); }
+
+    /// The start of a tick: the loop will look at its posts by itself.
+    /// (Load first: a store per tick would bounce the line between threads.)
+    void note_awake() noexcept {
+        if (m_sleeping.load(std::memory_order_relaxed)) m_sleeping.store(false, std::memory_order_relaxed);
+    }
+    /// About to block in the OS: posters from now on wake the loop.
+    void announce_sleep() noexcept { m_sleeping.store(true, std::memory_order_seq_cst); }
+    /// Back from the OS: the next sleep needs a new wake-up.
+    void note_polled() noexcept {
+        m_sleeping.store(false, std::memory_order_relaxed);
+        m_wake_sent.store(false, std::memory_order_relaxed);
+    }
+
+    // --- teardown
+    /// Lets threads still inside push() or hold_release() leave (nanoseconds):
+    /// past that point they could not see that the loop is going.
+    void wait_for_leavers() noexcept;
+    /// Destroys the posts that never ran, unrun.
+    void discard_unrun() noexcept;
+
+private:
+    reactor::backend& m_backend;
+    loop_counters& m_counters;
+    post_queue m_posts;
+    std::atomic<std::uint64_t> m_posted{0};
+    relaxed<std::uint64_t> m_posts_run{0};
+    std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
+    std::atomic<bool> m_wake_sent{false};
+    std::atomic<std::size_t> m_holds{0};
+    // Threads inside push() or hold_release(); written by them only, so on a line of its own.
+    alignas(64) std::atomic<std::size_t> m_in_flight{0};
+};
+
+}  // namespace spindle::detail
