@@ -1,9 +1,7 @@
 // The loop group: threads, their loops, the mesh of links between them, and
-// the group's stop. The tick's side of cross-loop mail is group_member; the
-// calls themselves are templates in detail/cross_loop.hpp.
+// the group's stop. The calls between the loops are cross_loop.cpp's.
 
-#include "group_member.hpp"
-#include "loop_core.hpp"
+#include "group_core.hpp"
 
 #include <spindle/log.hpp>
 #include <spindle/loop_group.hpp>
@@ -28,50 +26,6 @@ namespace spindle {
 
 namespace detail {
 
-class group_core {
-public:
-    group_core(loop_group& owner, loop_group_options options);
-
-    loop_group& owner() noexcept { return m_owner; }
-    std::uint32_t size() const noexcept { return m_size; }
-    const loop_group_options& options() const noexcept { return m_options; }
-    link& between(std::uint32_t from, std::uint32_t to) noexcept { return *m_links[std::size_t{from} * m_size + to]; }
-    group_member& member(std::uint32_t index) noexcept { return *m_members[index]; }
-    bool closing() const noexcept { return m_closing.load(std::memory_order_acquire); }
-
-    int run(const std::function<task<int>(std::stop_token)>& main);
-    void stop() noexcept;
-    loop& at(std::size_t index);
-
-private:
-    void run_loop(std::uint32_t index, const std::function<task<int>(std::stop_token)>& main);
-    task<void> run_main(std::uint32_t index, std::function<task<int>(std::stop_token)> main);
-    task<void> stop_on_signals();
-    void main_finished(int status, std::exception_ptr error) noexcept;
-    void pin(std::uint32_t index) const;
-
-    loop_group& m_owner;
-    loop_group_options m_options;
-    std::uint32_t m_size;
-    std::vector<std::unique_ptr<link>> m_links;
-    std::vector<std::unique_ptr<group_member>> m_members;
-    std::vector<loop*> m_loops;
-    // Each requested on its own loop's thread only (stop() posts there).
-    std::vector<std::stop_source> m_stops;
-
-    std::mutex m_mutex;  // the fields below
-    bool m_started = false;
-    bool m_stop_requested = false;
-    bool m_ran = false;
-    std::uint32_t m_mains_left = 0;
-    int m_status = 0;
-    std::exception_ptr m_error;
-    std::exception_ptr m_build_error;
-    std::atomic<bool> m_closing{false};
-    std::barrier<>* m_built = nullptr;    // every loop is built
-    std::barrier<>* m_stopped = nullptr;  // every loop stopped ticking
-};
-
 namespace {
 
 // The CPUs this process may run on.
@@ -89,11 +43,6 @@ unsigned loop_count(const loop_group_options& options) {
     if (options.threads != 0) return options.threads;
     const std::size_t n = allowed_cpus().size();
     return n > 0 ? static_cast<unsigned>(n) : std::max(1u, std::thread::hardware_concurrency());
-}
-
-group_member* current_member() noexcept {
-    loop_core* core = current_core_or_null();
-    return core ? core->member() : nullptr;
 }
 
 // Blocks `signals` in the calling thread for a scope; threads started inside
@@ -295,169 +244,6 @@ loop& group_core::at(std::size_t index) {
     std::lock_guard lock(m_mutex);
     if (!m_started || !m_loops[index]) throw std::logic_error("spindle: loop_group::at: the group's loops are not running");
     return *m_loops[index];
-}
-
-// --- links ---------------------------------------------------------------------
-
-link::link(std::uint32_t from, std::uint32_t to, std::size_t calls)
-    : m_from(from), m_to(to), m_requests(calls + 1), m_replies(calls + 1) {
-    // A ring holds every call in flight, and one cell more: the cell its
-    // consumer is handling, which is freed only after its handling may have
-    // let the next call (or reply) in.
-    m_calls.resize(calls);
-    for (std::uint32_t i = 0; i < calls; ++i) m_calls[i].m_next_free = i + 1;
-    m_free_head = 0;
-    m_credits = static_cast<std::uint32_t>(calls);
-    m_running.resize(calls);
-}
-
-void link::start(call_wait_base& call) noexcept {
-    if (m_credits == 0 || !m_credit_waiters.empty()) {
-        call.m_phase = call_wait_base::phase::queued;
-        m_credit_waiters.push_back(call);
-        return;
-    }
-    send(call);
-}
-
-void link::send(call_wait_base& call) noexcept {
-    --m_credits;
-    const std::uint32_t slot = m_free_head;
-    call_slot& s = m_calls[slot];
-    m_free_head = s.m_next_free;
-    s.m_waiter = &call;
-    ++s.m_generation;
-    if (s.m_generation == 0) s.m_generation = 1;  // 0 means no call
-    call.m_slot = slot;
-    call.m_phase = call_wait_base::phase::in_flight;
-    // A credit was free, so a cell is: at most one request per credit.
-    ring_cell* cell = m_requests.reserve();
-    ::new (cell->bytes) cell_header{nullptr, slot, s.m_generation};
-    call.m_build(call, *cell);
-    m_requests.commit();
-    note_sent(m_to);
-    current_member()->call_sent();
-}
-
-void link::withdraw(call_wait_base& call) noexcept {
-    switch (call.m_phase) {
-        case call_wait_base::phase::queued:
-            static_cast<list_hook<credit_tag>&>(call).unlink();
-            break;
-        case call_wait_base::phase::in_flight: {
-            // The reply still comes, and frees the credit; nobody takes it.
-            call_slot& s = m_calls[call.m_slot];
-            s.m_waiter = nullptr;
-            post_remote_cancel(*this, call.m_slot, s.m_generation);
-            break;
-        }
-        default: break;
-    }
-    call.m_phase = call_wait_base::phase::idle;
-}
-
-void link::release(std::uint32_t slot) noexcept {
-    m_calls[slot].m_waiter = nullptr;
-    m_calls[slot].m_next_free = m_free_head;
-    m_free_head = slot;
-    ++m_credits;
-    current_member()->call_done();
-    // The credit goes to the first caller queued for one, in order.
-    if (call_wait_base* next = m_credit_waiters.pop_front()) send(*next);
-}
-
-link& link_to(std::size_t target) {
-    group_member* me = current_member();
-    if (!me) throw std::logic_error("spindle: submit_to outside a loop_group's loop (other threads: loop::post)");
-    if (target >= me->group().size())
-        throw std::out_of_range("spindle: submit_to: no loop " + std::to_string(target) + " in a group of " +
-                                std::to_string(me->group().size()));
-    return me->group().between(me->index(), static_cast<std::uint32_t>(target));
-}
-
-void note_sent(std::uint32_t to) noexcept {
-    // Called on the sending loop's thread, inside its tick: it has a member.
-    // note_sent allocates nothing: the dirty lists were sized for the group.
-    current_member()->note_sent(to);
-}
-
-void post_remote_cancel(link& l, std::uint32_t slot, std::uint32_t generation) noexcept {
-    group_member* me = current_member();
-    if (!me || me->group().closing()) return;  // the group is going: nothing to cancel for
-    loop_core* callee = me->group().member(l.m_to).core();
-    if (!callee) return;
-    try {
-        loop_of(*callee).post([&l, slot, generation] {
-            remote_slot& r = l.m_running[slot];
-            if (r.m_generation == generation && r.m_task.valid())
-                r.m_task.cancel();
-            else
-                r.m_cancel_generation = generation;  // its request is still on the way
-        });
-    } catch (...) {
-        // Out of memory for the post: the callee's task runs to its end.
-    }
-}
-
-void start_remote(link& l, std::uint32_t slot, std::uint32_t generation, task<void> t) noexcept {
-    remote_slot& r = l.m_running[slot];
-    try {
-        r.m_generation = generation;
-        r.m_task = loop::current().spawn(std::move(t), "call from " + std::to_string(l.m_from));
-        if (r.m_cancel_generation == generation) r.m_task.cancel();
-    } catch (...) {
-        // Spawning failed (out of memory): the task, and so its reply, never
-        // comes; the caller waits until it is cancelled.
-        log_remote_failure();
-    }
-}
-
-void log_remote_failure() noexcept { log_callback_failure("cross-loop call"); }
-
-// --- the tick's side ---------------------------------------------------------------
-
-void group_member::drain() {
-    // Once per tick, at most a ring's capacity from each, so a sender that
-    // keeps sending cannot keep this loop in its drain.
-    for (std::uint32_t other = 0; other < m_group.size(); ++other) {
-        link& in = m_group.between(other, m_index);
-        for (std::size_t n = in.m_requests.capacity(); n > 0; --n) {
-            ring_cell* cell = in.m_requests.front();
-            if (!cell) break;
-            header_of(*cell).m_handle(*cell, in, true);
-            in.m_requests.pop();
-        }
-        link& out = m_group.between(m_index, other);
-        for (std::size_t n = out.m_replies.capacity(); n > 0; --n) {
-            ring_cell* cell = out.m_replies.front();
-            if (!cell) break;
-            header_of(*cell).m_handle(*cell, out, true);
-            out.m_replies.pop();
-        }
-    }
-}
-
-void group_member::discard_mail() noexcept {
-    for (std::uint32_t other = 0; other < m_group.size(); ++other) {
-        for (spsc_ring* ring : {&m_group.between(other, m_index).m_requests, &m_group.between(m_index, other).m_replies}) {
-            link& l = ring == &m_group.between(other, m_index).m_requests ? m_group.between(other, m_index)
-                                                                         : m_group.between(m_index, other);
-            while (ring_cell* cell = ring->front()) {
-                header_of(*cell).m_handle(*cell, l, false);
-                ring->pop();
-            }
-        }
-    }
-}
-
-void group_member::ring_doorbells() noexcept {
-    for (std::uint32_t to : m_dirty) {
-        m_dirty_flag[to] = 0;
-        group_member& target = m_group.member(to);
-        target.ring();
-        if (to != m_index && target.m_core) target.m_core->wake_if_sleeping();
-    }
-    m_dirty.clear();
 }
 
 }  // namespace detail

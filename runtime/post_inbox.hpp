@@ -8,9 +8,9 @@
 // looks at the flag. One of the two sees the other.
 
 #include "loop_metrics.hpp"
+#include "post_queue.hpp"
 #include "relaxed.hpp"
 
-#include <spindle/detail/post_queue.hpp>
 #include <spindle/reactor/backend.hpp>
 
 #include <atomic>

@@ -4,7 +4,7 @@
 
 #include <spindle/backend_kind.hpp>
 #include <spindle/detail/engine.hpp>
-#include <spindle/detail/post_queue.hpp>
+#include <spindle/detail/post_node.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/join_handle.hpp>
 #include <spindle/metrics.hpp>

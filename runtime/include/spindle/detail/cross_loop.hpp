@@ -18,7 +18,6 @@
 // cancelled through a post (rare, so it may allocate).
 
 #include <spindle/detail/intrusive_list.hpp>
-#include <spindle/detail/spsc_ring.hpp>
 #include <spindle/join_handle.hpp>
 #include <spindle/park.hpp>
 #include <spindle/result.hpp>
@@ -50,6 +49,11 @@ struct link;
 struct call_wait_base;
 
 // --- cells ---------------------------------------------------------------------
+
+/// One cache line of a link's ring: an item's header and its inline payload.
+struct alignas(64) ring_cell {
+    std::byte bytes[64];
+};
 
 /// What every cell starts with: the function that handles its item (run
 /// true) or only destroys it (false: the group is gone), then destroys it.
@@ -153,67 +157,40 @@ struct call_outcome {
 };
 
 // --- a link between two loops --------------------------------------------------------
+//
+// The link itself (its rings and tables) is the engine's; the templates
+// below reach it through these calls.
 
 struct credit_tag {};
-
-struct call_slot {
-    call_wait_base* m_waiter = nullptr;  // null: free, or orphaned by a cancel
-    std::uint32_t m_generation = 0;
-    std::uint32_t m_next_free = 0;
-};
-
-struct remote_slot {
-    join_handle<void> m_task;              // a task started for the call, while it runs
-    std::uint32_t m_generation = 0;        // of the call it runs for
-    std::uint32_t m_cancel_generation = 0; // a cancel that came before its request
-};
-
-struct link {
-    link(std::uint32_t from, std::uint32_t to, std::size_t capacity);
-
-    std::uint32_t m_from;
-    std::uint32_t m_to;
-    spsc_ring m_requests;  // caller to callee
-    spsc_ring m_replies;   // callee to caller
-
-    // The caller's side: touched by loop m_from only.
-    alignas(64) std::vector<call_slot> m_calls;
-    std::uint32_t m_free_head = 0;
-    std::uint32_t m_credits = 0;
-    intrusive_list<call_wait_base, credit_tag> m_credit_waiters;
-
-    // The callee's side: touched by loop m_to only.
-    alignas(64) std::vector<remote_slot> m_running;
-
-    // --- caller's side
-    /// Sends the call's request now if a credit is free, else queues the call for one.
-    void start(call_wait_base& call) noexcept;
-    /// The call gives up (cancelled, or its frame destroyed): it leaves the
-    /// queue, or its reply will be dropped and the callee's task cancelled.
-    void withdraw(call_wait_base& call) noexcept;
-    /// A reply was taken: frees its credit for the next caller in the queue.
-    void release(std::uint32_t slot) noexcept;
-
-    // --- callee's side
-    /// Sends the outcome of call `slot` back to the caller.
-    template <class V>
-    void reply(std::uint32_t slot, std::uint32_t generation, call_outcome<V>&& outcome) noexcept;
-
-private:
-    void send(call_wait_base& call) noexcept;
-};
 
 /// The link from the loop running on this thread to loop `target` of its
 /// group. Throws std::logic_error outside a group's loop and std::out_of_range
 /// for a target beyond the group.
 link& link_to(std::size_t target);
-/// Cells were built in `l`'s ring towards loop `to`: it is rung at the end of
-/// this loop's tick (once per tick, however many cells).
-void note_sent(std::uint32_t to) noexcept;
-/// Asks the callee of `l` to cancel the task it runs for call (slot, generation).
-void post_remote_cancel(link& l, std::uint32_t slot, std::uint32_t generation) noexcept;
+/// The loop a call over `l` runs on.
+std::uint32_t callee_of(const link& l) noexcept;
+
+// --- caller's side
+/// Sends the call's request now if a credit is free, else queues the call for one.
+void start_call(link& l, call_wait_base& call) noexcept;
+/// The call gives up (cancelled, or its frame destroyed): it leaves the
+/// queue, or its reply will be dropped and the callee's task cancelled.
+void withdraw_call(link& l, call_wait_base& call) noexcept;
+/// The caller still waiting for the reply to call (slot, generation), taken
+/// off its slot; null when it gave up.
+call_wait_base* take_waiter(link& l, std::uint32_t slot, std::uint32_t generation) noexcept;
+/// A reply was taken: frees its credit for the next caller in the queue.
+void release_call(link& l, std::uint32_t slot) noexcept;
+
+// --- callee's side
 /// Runs `t` on the callee's loop as the task of call (slot, generation).
 void start_remote(link& l, std::uint32_t slot, std::uint32_t generation, task<void> t) noexcept;
+/// The task of call (slot, generation) is done: its slot forgets it.
+void remote_done(link& l, std::uint32_t slot, std::uint32_t generation) noexcept;
+/// The cell a reply is built in (there always is one: the call holds a credit).
+ring_cell& reply_cell(link& l) noexcept;
+/// Publishes the reply built in reply_cell(); the caller is rung at the end of the tick.
+void send_reply(link& l) noexcept;
 /// Logs a callee's failure to start what a call asked for.
 void log_remote_failure() noexcept;
 
@@ -236,6 +213,8 @@ struct call_wait_base : waiter, list_hook<credit_tag> {
 
 template <class V>
 void deliver_reply(ring_cell& cell, link& l, bool run) noexcept;
+template <class V>
+void send_outcome(link& l, std::uint32_t slot, std::uint32_t generation, call_outcome<V>&& outcome) noexcept;
 
 template <class V>
 struct reply_wait : call_wait_base {
@@ -259,9 +238,8 @@ task<void> run_remote(F fn, link& l, std::uint32_t slot, std::uint32_t generatio
     } catch (...) {
         outcome.m_state.template emplace<2>(std::current_exception());
     }
-    remote_slot& r = l.m_running[slot];
-    if (r.m_generation == generation) r.m_task = {};
-    l.reply(slot, generation, std::move(outcome));
+    remote_done(l, slot, generation);
+    send_outcome(l, slot, generation, std::move(outcome));
 }
 
 /// Runs the request in `cell` on the callee's loop and destroys it.
@@ -282,52 +260,51 @@ void handle_request(ring_cell& cell, link& l, bool run) noexcept {
             // No memory for the task's frame: the caller hears it.
             call_outcome<V> failed;
             failed.m_state.template emplace<2>(std::current_exception());
-            l.reply(h.m_slot, h.m_generation, std::move(failed));
+            send_outcome(l, h.m_slot, h.m_generation, std::move(failed));
         }
     } else {
         call_outcome<V> outcome;
         outcome.capture([&fn]() -> decltype(auto) { return std::invoke(fn); });
-        l.reply(h.m_slot, h.m_generation, std::move(outcome));
+        send_outcome(l, h.m_slot, h.m_generation, std::move(outcome));
     }
     cell_payload<F>::destroy(cell);
 }
 
+/// Sends the outcome of call (slot, generation) back to its caller.
 template <class V>
-void link::reply(std::uint32_t slot, std::uint32_t generation, call_outcome<V>&& outcome) noexcept {
-    // The call holds a credit until its reply is taken: a cell is free.
-    ring_cell* cell = m_replies.reserve();
+void send_outcome(link& l, std::uint32_t slot, std::uint32_t generation, call_outcome<V>&& outcome) noexcept {
+    ring_cell& cell = reply_cell(l);
     try {
-        cell_payload<call_outcome<V>>::make(*cell, std::move(outcome));
+        cell_payload<call_outcome<V>>::make(cell, std::move(outcome));
     } catch (...) {
         // Too large for the cell and no memory for it: the caller hears that.
         call_outcome<V> lost;
         lost.m_state.template emplace<2>(std::make_exception_ptr(std::bad_alloc()));
-        if constexpr (fits_in_cell<call_outcome<V>>) cell_payload<call_outcome<V>>::make(*cell, std::move(lost));
+        if constexpr (fits_in_cell<call_outcome<V>>)
+            cell_payload<call_outcome<V>>::make(cell, std::move(lost));
         else std::terminate();  // cannot even say so
     }
-    ::new (cell->bytes) cell_header{&deliver_reply<V>, slot, generation};
-    m_replies.commit();
-    note_sent(m_from);
+    ::new (cell.bytes) cell_header{&deliver_reply<V>, slot, generation};
+    send_reply(l);
 }
 
 /// Hands the reply in `cell` to its caller, if it still waits, and destroys it.
 template <class V>
 void deliver_reply(ring_cell& cell, link& l, bool run) noexcept {
     const cell_header h = header_of(cell);
-    call_slot& s = l.m_calls[h.m_slot];
-    if (run && s.m_waiter && s.m_generation == h.m_generation) {
-        auto& w = static_cast<reply_wait<V>&>(*s.m_waiter);
+    call_wait_base* waiter = run ? take_waiter(l, h.m_slot, h.m_generation) : nullptr;
+    if (waiter) {
+        auto& w = static_cast<reply_wait<V>&>(*waiter);
         try {
             w.m_outcome.emplace(std::move(cell_payload<call_outcome<V>>::get(cell)));
         } catch (...) {
             w.m_outcome.emplace();
             w.m_outcome->m_state.template emplace<2>(std::current_exception());
         }
-        s.m_waiter = nullptr;
         w.answered();
     }
     cell_payload<call_outcome<V>>::destroy(cell);
-    if (run) l.release(h.m_slot);
+    if (run) release_call(l, h.m_slot);
 }
 
 /// A task's cross-loop call, run by the park protocol: parked<call_wait<F>>.
@@ -342,15 +319,15 @@ public:
         this->m_build = &build;
     }
 
-    void on_park() { this->m_link->start(*this); }
+    void on_park() { start_call(*this->m_link, *this); }
     void on_cancel() noexcept {
-        this->m_link->withdraw(*this);
+        withdraw_call(*this->m_link, *this);
         this->complete_cancelled();
     }
-    void on_abandon() noexcept { this->m_link->withdraw(*this); }
+    void on_abandon() noexcept { withdraw_call(*this->m_link, *this); }
     void describe(std::string& out) const {
         out += this->m_phase == base::phase::queued ? "call to loop " : "reply from loop ";
-        out += std::to_string(this->m_link->m_to);
+        out += std::to_string(callee_of(*this->m_link));
         if (this->m_phase == base::phase::queued) out += " (waiting for a free slot)";
     }
     call_result_t<V> take() {

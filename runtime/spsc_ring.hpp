@@ -1,7 +1,8 @@
 #pragma once
 // A bounded single-producer single-consumer ring of fixed-size cells, the
-// link between two loops of a group. Items are built in place in their cell
-// and handled in place by the consumer: nothing is moved, nothing allocated.
+// link between two loops of a group (private to the runtime). Items are
+// built in place in their cell and handled in place by the consumer:
+// nothing is moved, nothing allocated.
 // Each side caches the other's index, so a push or a pop touches the shared
 // line of the other side only when its cached view says full or empty.
 
@@ -14,16 +15,13 @@
 
 namespace spindle::detail {
 
-/// One cache line: an item's header and its inline payload.
-struct alignas(64) ring_cell {
-    std::byte bytes[64];
-};
-
+/// `Cell` is the fixed-size unit items are built in (cross_loop.hpp's ring_cell).
+template <class Cell>
 class spsc_ring {
 public:
     /// `capacity` is rounded up to a power of two.
     explicit spsc_ring(std::size_t capacity)
-        : m_cells(new ring_cell[std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity)]),
+        : m_cells(new Cell[std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity)]),
           m_mask(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1) {}
     spsc_ring(const spsc_ring&) = delete;
     spsc_ring& operator=(const spsc_ring&) = delete;
@@ -33,7 +31,7 @@ public:
     // --- producer thread
     /// The next free cell, or null when the ring is full. Build the item in
     /// it, then commit().
-    ring_cell* reserve() noexcept {
+    Cell* reserve() noexcept {
         const std::uint64_t tail = m_tail.load(std::memory_order_relaxed);
         if (tail - m_head_cache > m_mask) {
             m_head_cache = m_head.load(std::memory_order_acquire);
@@ -46,7 +44,7 @@ public:
 
     // --- consumer thread
     /// The oldest item, or null when none is published.
-    ring_cell* front() noexcept {
+    Cell* front() noexcept {
         const std::uint64_t head = m_head.load(std::memory_order_relaxed);
         if (head == m_tail_cache) {
             m_tail_cache = m_tail.load(std::memory_order_acquire);
@@ -63,7 +61,7 @@ public:
     }
 
 private:
-    std::unique_ptr<ring_cell[]> m_cells;
+    std::unique_ptr<Cell[]> m_cells;
     std::size_t m_mask;
     // The producer's line: its index and its view of the consumer's.
     alignas(64) std::atomic<std::uint64_t> m_tail{0};

@@ -1,17 +1,14 @@
 #pragma once
-// Many threads push, the loop's thread pops: Dmitry Vyukov's intrusive MPSC
-// queue. A push is one atomic exchange and one store; it never blocks.
+// The queue of a loop's posts (private to the runtime): many threads push,
+// the loop's thread pops. Dmitry Vyukov's intrusive MPSC queue: a push is
+// one atomic exchange and one store; it never blocks.
+
+#include <spindle/detail/post_node.hpp>
 
 #include <atomic>
 #include <cstdint>
 
 namespace spindle::detail {
-
-struct post_node {
-    std::atomic<post_node*> m_next{nullptr};
-    /// Runs (run == true) or just discards the node's callable, then frees it.
-    void (*m_call)(post_node*, bool run) noexcept = nullptr;
-};
 
 class post_queue {
 public:
@@ -54,9 +51,7 @@ public:
     }
 
     /// Loop thread.
-    bool empty() const noexcept {
-        return m_head == &m_stub && m_tail.load(std::memory_order_seq_cst) == &m_stub;
-    }
+    bool empty() const noexcept { return m_head == &m_stub && m_tail.load(std::memory_order_seq_cst) == &m_stub; }
 
 private:
     alignas(64) std::atomic<post_node*> m_tail;
