@@ -317,8 +317,7 @@ void loop_core::cancel_task(task_header& t) noexcept {
     t.m_cancel_requested = true;
     // A task parked on a wait that can be cancelled is woken now; one that is
     // ready or running meets the request at its next wait.
-    if (&t != m_running.load() && t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait))
-        t.note_cancel_reached();
+    (void)cancel_parked_wait(t);
 }
 
 void loop_core::check_thread() const {

@@ -58,6 +58,7 @@
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/frame_pool.hpp>
 #include <spindle/detail/task_header.hpp>
+#include <spindle/park.hpp>
 
 #include <coroutine>
 #include <exception>
@@ -206,10 +207,8 @@ public:
     next_result<T> take(handle_type self) {
         m_consumer = {};
         if (m_requeued) [[unlikely]] {
-            // The value that found the budget spent is the first operation
-            // of the task's new turn (as for a parked wait).
             m_requeued = false;
-            (void)spend_budget();
+            spend_requeued_turn();
         }
         if (self.done()) {
             if (m_error) std::rethrow_exception(std::exchange(m_error, nullptr));
@@ -224,9 +223,8 @@ private:
         if (!t) return m_consumer;  // outside a task there is no budget
         // As a parked wait that completed at once: the loop resumes the
         // consumer directly, in its turn.
-        t->m_resume = m_consumer;
         m_requeued = true;
-        schedule(*t);
+        requeue_for_budget(*t, m_consumer);
         return std::noop_coroutine();
     }
 
@@ -282,8 +280,7 @@ public:
         if (m_token.stop_possible()) {
             if (task_header* t = current_task_or_null()) {
                 m_task = t;
-                m_scope.m_parent = t->m_scope;
-                t->m_scope = &m_scope;
+                open_cancel_scope(*t, m_scope);
                 m_stop.emplace(m_token, on_stop{this});
             }
         }
@@ -306,24 +303,15 @@ private:
     };
 
     void stop() noexcept {
-        m_scope.m_cancelled = true;
-        // A running task meets the cancelled scope at its next wait; a
-        // parked one is woken from the wait it is parked on, wherever that
+        // A parked task is woken from the wait it is parked on, wherever that
         // is inside the producer (the same reach as a with_timeout deadline).
-        task_header& t = *m_task;
-        if (current_task_or_null() == &t) return;
-        if (t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait)) t.note_cancel_reached();
+        cancel_within(*m_task, m_scope);
     }
 
     void close_scope() noexcept {
         if (!m_task) return;
         m_stop.reset();
-        // Unlinked wherever it is in the chain: an enclosing with_timeout
-        // closes its own scope before it resumes this awaiter, and a
-        // destroyed frame destroys outer awaiters before inner ones.
-        cancel_scope** link = &m_task->m_scope;
-        while (*link && *link != &m_scope) link = &(*link)->m_parent;
-        if (*link) *link = m_scope.m_parent;
+        close_cancel_scope(*m_task, m_scope);
         m_task = nullptr;
     }
 

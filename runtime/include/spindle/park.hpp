@@ -59,8 +59,8 @@
 ///
 /// Everything happens on the loop's thread; stop requests too (from another
 /// thread, post() the request_stop() call). An answer that arrives on another
-/// thread reaches the wait through loop::post, guarded against the wait being
-/// gone by then (docs/custom-awaiters.md shows how).
+/// thread reaches the wait through a remote_answer (remote_answer.hpp), which
+/// posts it to the loop and drops it when the wait is gone by then.
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/frame_pool.hpp>
@@ -80,6 +80,8 @@ namespace spindle {
 
 template <class Wait>
 class parked;
+template <class T>
+class remote_answer;
 
 class waiter {
 public:
@@ -120,6 +122,8 @@ protected:
 private:
     template <class>
     friend class parked;
+    template <class>
+    friend class remote_answer;
     // requeued: done without waiting, and sent to the back of the ready
     // queue because the task's budget was spent.
     enum class state : std::uint8_t { idle, parking, parked, done, requeued, resumed };
@@ -167,6 +171,67 @@ inline void mark_parked(task_header& t, const wait_info* info, void* wait) noexc
 }
 
 inline void unmark_parked(task_header& t) noexcept { t.m_wait_info = nullptr; }
+
+// --- the protocol's rules, one home each: parked<W> below, with_timeout,
+// async_generator and the loop's join_handle::cancel use them.
+
+/// True (and the cancel noted on the task's scopes) when the running task's
+/// own cancellation (join_handle::cancel, a deadline) ends a wait before it
+/// starts.
+inline bool task_cancel_pending() noexcept {
+    task_header* t = current_task_or_null();
+    if (!t || !t->cancel_pending()) return false;
+    t->note_cancel_reached();
+    return true;
+}
+
+/// Cancels the wait task `t` is parked on, if that wait can be cancelled,
+/// and marks the open scopes the cancel cut short; true if it reached a
+/// wait. A running (or ready) task meets the cancel at its next wait instead.
+inline bool cancel_parked_wait(task_header& t) noexcept {
+    if (&t == current_task_or_null()) return false;
+    const wait_info* info = t.m_wait_info;
+    if (!info || !info->cancel || !info->cancel(t.m_wait)) return false;
+    t.note_cancel_reached();
+    return true;
+}
+
+/// Opens `scope` in task `t`: the innermost from now on.
+inline void open_cancel_scope(task_header& t, cancel_scope& scope) noexcept {
+    scope.m_parent = t.m_scope;
+    t.m_scope = &scope;
+}
+
+/// Closes `scope` wherever it is in the chain of `t`: scopes do not always
+/// close innermost first. with_timeout(a, with_timeout(b, op)) closes the
+/// outer scope before it resumes the inner awaiter, and a destroyed frame
+/// destroys an outer awaiter before the inner ones it holds; restoring the
+/// parent blindly would leave the task pointing at a dead scope.
+inline void close_cancel_scope(task_header& t, cancel_scope& scope) noexcept {
+    cancel_scope** link = &t.m_scope;
+    while (*link && *link != &scope) link = &(*link)->m_parent;
+    if (*link) *link = scope.m_parent;
+}
+
+/// The scope's deadline passed or its stop came: every wait of `t` inside it
+/// is cancelled from now on, and the one it is parked on now.
+inline void cancel_within(task_header& t, cancel_scope& scope) noexcept {
+    scope.m_cancelled = true;
+    (void)cancel_parked_wait(t);
+}
+
+/// The budget rule's second half: an operation of `t` completed without
+/// waiting when no budget was left (spend_budget() said false), so the task
+/// goes to the back of the ready queue and resumes at `h`, the operation's
+/// result kept for it. When it resumes, spend_requeued_turn().
+inline void requeue_for_budget(task_header& t, std::coroutine_handle<> h) noexcept {
+    t.m_resume = h;
+    schedule(t);
+}
+
+/// A task requeued by requeue_for_budget resumed: the operation that found
+/// the budget spent is the first of its new turn.
+inline void spend_requeued_turn() noexcept { (void)spend_budget(); }
 
 }  // namespace detail
 
@@ -217,7 +282,7 @@ public:
             // Every way of cancelling stops the next wait, even one that would
             // not have to wait (data already buffered, a value in a channel):
             // a cancelled task must not run on through ready operations.
-            if (m_stop.token.stop_requested() || (!detail::forwards_cancel<Wait> && task_cancel_pending())) {
+            if (m_stop.token.stop_requested() || (!detail::forwards_cancel<Wait> && detail::task_cancel_pending())) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;
@@ -242,7 +307,7 @@ public:
         if (this->m_wait_state == state::done) {
             // Completed in await_ready, with the task's budget spent.
             this->m_wait_state = state::requeued;
-            detail::schedule(t);
+            detail::requeue_for_budget(t, h);
             return true;
         }
         // The stop callback lives outside the frame, in a pooled block taken
@@ -265,7 +330,7 @@ public:
             // Completed at once: as in await_ready, that spends the budget.
             if (detail::spend_budget()) return false;
             this->m_wait_state = state::requeued;
-            detail::schedule(t);
+            detail::requeue_for_budget(t, h);
             return true;
         }
         this->m_wait_state = state::parked;
@@ -292,9 +357,7 @@ public:
         if (this->m_wait_state == state::parked || this->m_wait_state == state::done) {
             if (this->m_wait_task) detail::unmark_parked(*this->m_wait_task);
         } else if (this->m_wait_state == state::requeued) {
-            // The operation that found the budget spent is the first of the
-            // task's new turn.
-            detail::spend_budget();
+            detail::spend_requeued_turn();
         }
         this->m_wait_state = state::resumed;
         if constexpr (cancellable) drop_stop_callback();
@@ -305,15 +368,6 @@ public:
     }
 
 private:
-    // True (and the cancel noted on the task's scopes) when the task's own
-    // cancellation, not the token, ends this wait before it starts.
-    static bool task_cancel_pending() noexcept {
-        detail::task_header* t = detail::current_task_or_null();
-        if (!t || !t->cancel_pending()) return false;
-        t->note_cancel_reached();
-        return true;
-    }
-
     bool cancel() noexcept {
         if constexpr (cancellable) {
             if (this->m_wait_state == state::parked) {
@@ -365,5 +419,14 @@ private:
     };
     [[no_unique_address]] std::conditional_t<cancellable, stop_word, no_stop_word> m_stop;
 };
+
+/// For an operation served without a wait (a line already buffered): true
+/// when a wait started now would be cancelled at once, as parked<W> checks
+/// first. That is when `token` is stopped, or the running task is cancelled
+/// or past a with_timeout deadline; the cancel is then noted on the task's
+/// scopes, so a with_timeout around the call reports that it cut it short.
+inline bool cancel_requested(const std::stop_token& token) noexcept {
+    return token.stop_requested() || detail::task_cancel_pending();
+}
 
 }  // namespace spindle

@@ -33,6 +33,7 @@
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/detail/timer_node.hpp>
+#include <spindle/park.hpp>
 #include <spindle/result.hpp>
 #include <spindle/sleep.hpp>
 #include <spindle/task.hpp>
@@ -97,8 +98,7 @@ public:
 
     bool await_ready() {
         m_task = &current_task();
-        m_scope.m_parent = m_task->m_scope;
-        m_task->m_scope = &m_scope;
+        open_cancel_scope(*m_task, m_scope);
         m_fire = &on_fire;
         arm_timer(core_of(*m_task), *this, m_deadline);
         return m_awaiter.await_ready();
@@ -163,24 +163,15 @@ private:
     void close_scope() noexcept {
         if (!m_task) return;
         disarm_timer(core_of(*m_task), *this);
-        // Unlink this scope wherever it is in the chain: scopes do not always
-        // close innermost first. with_timeout(a, with_timeout(b, op)) closes the
-        // outer scope before it resumes the inner awaiter, and a destroyed frame
-        // destroys an outer awaiter before the inner ones it holds; restoring
-        // m_parent blindly would then leave the task pointing at a dead scope.
-        detail::cancel_scope** link = &m_task->m_scope;
-        while (*link && *link != &m_scope) link = &(*link)->m_parent;
-        if (*link) *link = m_scope.m_parent;
+        close_cancel_scope(*m_task, m_scope);
         m_task = nullptr;
     }
 
     static void on_fire(timer_node& node) noexcept {
         auto& self = static_cast<timeout_awaiter&>(node);
-        self.m_scope.m_cancelled = true;
         // The task can only be parked inside this operation while the scope is
         // open; a wait that completed already ignores the cancel.
-        task_header& t = *self.m_task;
-        if (t.m_wait_info && t.m_wait_info->cancel && t.m_wait_info->cancel(t.m_wait)) t.note_cancel_reached();
+        cancel_within(*self.m_task, self.m_scope);
     }
 
     std::int64_t m_deadline;

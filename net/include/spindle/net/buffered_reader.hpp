@@ -11,13 +11,12 @@
 ///         handle(**line);
 ///     }
 
+#include <spindle/async_generator.hpp>
+#include <spindle/budget.hpp>
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/stream.hpp>
-#include <spindle/async_generator.hpp>
-#include <spindle/budget.hpp>
-#include <spindle/detail/engine.hpp>
-#include <spindle/detail/task_header.hpp>
+#include <spindle/park.hpp>
 #include <spindle/task.hpp>
 
 #include <cstddef>
@@ -72,18 +71,6 @@ private:
     std::size_t m_scanned = 0;
 };
 
-/// A wait started now would be cancelled at once (the token stopped, the
-/// task cancelled or past a deadline): what parked<W> checks first, for
-/// lines() served from the buffer without a wait. A cancel of the task is
-/// noted on its scopes, so a with_timeout knows it cut the call short.
-inline bool cancel_requested(const std::stop_token& token) noexcept {
-    if (token.stop_requested()) return true;
-    spindle::detail::task_header* t = spindle::detail::current_task_or_null();
-    if (!t || !t->cancel_pending()) return false;
-    t->note_cancel_reached();
-    return true;
-}
-
 }  // namespace detail
 
 template <byte_stream Stream>
@@ -135,7 +122,7 @@ public:
         for (;;) {
             // The budget is spent by the yield; the cancel check is what
             // read_until's consume_budget adds for a buffered line.
-            if (!m_buffer.buffered().empty() && detail::cancel_requested(token)) co_return;
+            if (!m_buffer.buffered().empty() && spindle::cancel_requested(token)) co_return;
             m_buffer.restart_search();
             for (;;) {
                 if (std::optional<result<std::string_view>> found = m_buffer.find_line(delimiter, max)) {
