@@ -1,4 +1,5 @@
 #include <spindle/log.hpp>
+#include <spindle/metrics.hpp>
 #include <spindle/net/listener.hpp>
 #include <spindle/sleep.hpp>
 #include <spindle/timeout.hpp>
@@ -79,7 +80,7 @@ task<result<accepted>> accept_from(const unique_fd& listener, std::stop_token to
         // the waiting connections meanwhile.
         if (!starved) logger()->warn("accept on fd {}: {}; retrying with back-off", listen_fd, fd.error().message());
         starved = true;
-        spindle::detail::count_accept_backoff();
+        spindle::count_accept_backoff();
         // The back-off is a wait for writability on the listening socket, which
         // never becomes writable: closing the listener cancels it at once, as it
         // cancels a pending accept. After a plain sleep we would call accept on

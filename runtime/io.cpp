@@ -122,6 +122,16 @@ void forget_io(loop_core& core, io_op& o) noexcept {
 bool io_op::pending() const noexcept { return io_access::op(*this).pending(); }
 std::int64_t io_op::result() const noexcept { return io_access::op(*this).result; }
 
+void give_back(buffer_lender* lender, std::uint32_t id) noexcept {
+    reinterpret_cast<reactor::buffer_pool*>(lender)->give_back(id);
+}
+
+}  // namespace spindle::detail
+
+namespace spindle {
+
+using detail::io_access;
+
 void io_wait::on_discard() noexcept {
     // An accepted descriptor, descriptors received with SCM_RIGHTS.
     if (!cancelled()) reactor::release_handed_over(io_access::op(*this));
@@ -134,12 +144,8 @@ spindle::result<borrowed_buffer> borrowed_read_wait::take() noexcept {
     const reactor::operation& op = io_access::op(operation());
     reactor::buffer_pool* pool = op.args.pooled.pool;
     pool->delivered();
-    return borrowed_buffer(reinterpret_cast<buffer_lender*>(pool), op.args.pooled.id, pool->address(op.args.pooled.id),
-                           static_cast<std::uint32_t>(n));
-}
-
-void give_back(buffer_lender* lender, std::uint32_t id) noexcept {
-    reinterpret_cast<reactor::buffer_pool*>(lender)->give_back(id);
+    return borrowed_buffer(reinterpret_cast<detail::buffer_lender*>(pool), op.args.pooled.id,
+                           pool->address(op.args.pooled.id), static_cast<std::uint32_t>(n));
 }
 
 void io_wait::describe(std::string& out) const {
@@ -149,4 +155,4 @@ void io_wait::describe(std::string& out) const {
     out += std::to_string(op.fd);
 }
 
-}  // namespace spindle::detail
+}  // namespace spindle

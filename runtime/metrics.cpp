@@ -106,12 +106,8 @@ loop_metrics total(std::span<const loop_metrics> loops) noexcept {
     return sum;
 }
 
-namespace detail {
-
 void count_accept_backoff() noexcept {
-    if (loop_core* core = current_core_or_null()) ++core->counters().accept_backoffs;
+    if (detail::loop_core* core = detail::current_core_or_null()) ++core->counters().accept_backoffs;
 }
-
-}  // namespace detail
 
 }  // namespace spindle

@@ -67,7 +67,7 @@ void watcher_registry::detach_all() noexcept {
 }  // namespace detail
 
 watcher::watcher(loop& owner, int fd, std::uint32_t events, callback fn, void* context, mode m)
-    : io_op(detail::poll_request(fd, events, m == mode::persistent), &on_complete),
+    : io_op(spindle::poll_request(fd, events, m == mode::persistent), &on_complete),
       m_loop(&detail::core_of(owner)),
       m_callback(fn),
       m_context(context) {

@@ -15,8 +15,7 @@
 /// reads from one task.
 
 #include <spindle/borrowed_buffer.hpp>
-#include <spindle/detail/engine.hpp>
-#include <spindle/detail/io_op.hpp>
+#include <spindle/io_wait.hpp>
 #include <spindle/park.hpp>
 #include <spindle/readiness.hpp>
 #include <spindle/result.hpp>
@@ -32,180 +31,85 @@ namespace spindle {
 
 class loop;
 
-namespace detail {
-
-/// A descriptor operation as a wait of the park protocol.
-class io_wait : public waiter, private io_op {
-public:
-    explicit io_wait(const io_request& request) noexcept : io_op(request, &on_complete) {}
-    ~io_wait() {
-        // Submitted but never parked (await_suspend threw outside a task).
-        if (pending()) forget_io(*m_core, *this);
-    }
-
-    /// Submits: most operations complete here, without parking.
-    bool ready() {
-        m_core = &current_core();
-        return submit_io(*m_core, *this);
-    }
-    void on_park() noexcept {}
-    void on_cancel() noexcept { cancel_io(*m_core, *this); }
-    void on_abandon() noexcept { forget_io(*m_core, *this); }
-    /// A completion nobody will see: close what it handed over (an accepted
-    /// descriptor, descriptors received with SCM_RIGHTS).
-    void on_discard() noexcept;
-    void describe(std::string& out) const;
-
-protected:
-    /// The syscall-style outcome: a count or descriptor, or -errno.
-    std::int64_t outcome() const noexcept { return cancelled() ? -ECANCELED : result(); }
-    const io_op& operation() const noexcept { return *this; }
-
-private:
-    static void on_complete(io_op& op) noexcept { static_cast<io_wait&>(op).complete(); }
-
-    loop_core* m_core = nullptr;
-};
-
-/// Completes with a byte count (or a descriptor, or 0) as `R`.
-template <class R>
-class io_result_wait : public io_wait {
-public:
-    using io_wait::io_wait;
-    spindle::result<R> take() noexcept { return spindle::result<R>::from_syscall(outcome()); }
-};
-
-template <class R>
-using io_awaiter = parked<io_result_wait<R>>;
-
-/// A pooled receive: completes with the buffer the loop lent for the data.
-class borrowed_read_wait : public io_wait {
-public:
-    using io_wait::io_wait;
-    spindle::result<borrowed_buffer> take() noexcept;
-};
-
-inline io_request buffer_request(int fd, io_code code, void* data, std::size_t size, int flags = 0) noexcept {
-    io_request r;
-    r.fd = fd;
-    r.code = code;
-    r.flags = flags;
-    r.args.buf = {data, size};
-    return r;
-}
-
-inline io_request vector_request(int fd, io_code code, std::span<const ::iovec> iov) noexcept {
-    io_request r;
-    r.fd = fd;
-    r.code = code;
-    r.args.vec = {iov.data(), static_cast<int>(iov.size())};
-    return r;
-}
-
-inline io_request message_request(int fd, io_code code, ::msghdr* msg, int flags) noexcept {
-    io_request r;
-    r.fd = fd;
-    r.code = code;
-    r.flags = flags;
-    r.args.msg = msg;
-    return r;
-}
-
-/// `r` as a receive on a byte-stream socket (reactor::operation::stream):
-/// for the stream types of spindle::net, which know what their socket is.
-inline io_request on_stream(io_request r) noexcept {
-    r.stream = true;
-    return r;
-}
-
-inline io_request poll_request(int fd, std::uint32_t events, bool persistent = false) noexcept {
-    io_request r;
-    r.fd = fd;
-    r.code = io_code::poll;
-    r.events = events;
-    r.persistent = persistent;
-    return r;
-}
-
-}  // namespace detail
-
 /// Reads at most buf.size() bytes; 0 means end of file.
-[[nodiscard]] inline detail::io_awaiter<std::size_t> read(int fd, std::span<std::byte> buf, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(std::move(token), detail::buffer_request(fd, detail::io_code::read, buf.data(), buf.size()));
+[[nodiscard]] inline io_awaiter<std::size_t> read(int fd, std::span<std::byte> buf, std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token), buffer_request(fd, io_code::read, buf.data(), buf.size()));
 }
 
 /// Writes at most buf.size() bytes (a partial write is possible).
-[[nodiscard]] inline detail::io_awaiter<std::size_t> write(int fd, std::span<const std::byte> buf, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(
-        std::move(token), detail::buffer_request(fd, detail::io_code::write, const_cast<std::byte*>(buf.data()), buf.size()));
+[[nodiscard]] inline io_awaiter<std::size_t> write(int fd, std::span<const std::byte> buf, std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token),
+                                   buffer_request(fd, io_code::write, const_cast<std::byte*>(buf.data()), buf.size()));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> readv(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::readv, iov));
+[[nodiscard]] inline io_awaiter<std::size_t> readv(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token), vector_request(fd, io_code::readv, iov));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> writev(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(std::move(token), detail::vector_request(fd, detail::io_code::writev, iov));
+[[nodiscard]] inline io_awaiter<std::size_t> writev(int fd, std::span<const ::iovec> iov, std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token), vector_request(fd, io_code::writev, iov));
 }
 
 /// recv(2); `flags` as for recv.
-[[nodiscard]] inline detail::io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(std::move(token),
-                                           detail::buffer_request(fd, detail::io_code::recv, buf.data(), buf.size(), flags));
+[[nodiscard]] inline io_awaiter<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0,
+                                                  std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token), buffer_request(fd, io_code::recv, buf.data(), buf.size(), flags));
 }
 
 /// recv(2) into a buffer the loop lends once data has arrived (see
 /// borrowed_buffer.hpp): the buffer holds at least one byte, at most
 /// loop_options::read_buffer_size; an empty one means end of stream. A
 /// receive waiting for data holds no buffer. `flags` as for recv.
-[[nodiscard]] inline parked<detail::borrowed_read_wait> recv_borrowed(int fd, int flags = 0, std::stop_token token = {}) {
-    return parked<detail::borrowed_read_wait>(std::move(token),
-                                              detail::buffer_request(fd, detail::io_code::recv_pooled, nullptr, 0, flags));
+[[nodiscard]] inline parked<borrowed_read_wait> recv_borrowed(int fd, int flags = 0, std::stop_token token = {}) {
+    return parked<borrowed_read_wait>(std::move(token), buffer_request(fd, io_code::recv_pooled, nullptr, 0, flags));
 }
 
 /// send(2); never raises SIGPIPE (MSG_NOSIGNAL is always added).
-[[nodiscard]] inline detail::io_awaiter<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(
-        std::move(token), detail::buffer_request(fd, detail::io_code::send, const_cast<std::byte*>(buf.data()), buf.size(), flags));
+[[nodiscard]] inline io_awaiter<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0,
+                                                  std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(
+        std::move(token), buffer_request(fd, io_code::send, const_cast<std::byte*>(buf.data()), buf.size(), flags));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> recvmsg(int fd, ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(std::move(token), detail::message_request(fd, detail::io_code::recvmsg, &msg, flags));
+[[nodiscard]] inline io_awaiter<std::size_t> recvmsg(int fd, ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token), message_request(fd, io_code::recvmsg, &msg, flags));
 }
 
-[[nodiscard]] inline detail::io_awaiter<std::size_t> sendmsg(int fd, const ::msghdr& msg, int flags = 0, std::stop_token token = {}) {
-    return detail::io_awaiter<std::size_t>(
-        std::move(token), detail::message_request(fd, detail::io_code::sendmsg, const_cast<::msghdr*>(&msg), flags));
+[[nodiscard]] inline io_awaiter<std::size_t> sendmsg(int fd, const ::msghdr& msg, int flags = 0,
+                                                     std::stop_token token = {}) {
+    return io_awaiter<std::size_t>(std::move(token),
+                                   message_request(fd, io_code::sendmsg, const_cast<::msghdr*>(&msg), flags));
 }
 
 /// Accepts a connection; the new descriptor is non-blocking and close-on-exec.
 /// If the awaiting task is destroyed after the accept completed but before it
 /// resumed, the new descriptor is closed: it never leaks.
-[[nodiscard]] inline detail::io_awaiter<int> accept(int fd, ::sockaddr* addr = nullptr, ::socklen_t* len = nullptr,
-                                                    std::stop_token token = {}) {
-    detail::io_request r;
+[[nodiscard]] inline io_awaiter<int> accept(int fd, ::sockaddr* addr = nullptr, ::socklen_t* len = nullptr,
+                                            std::stop_token token = {}) {
+    io_request r;
     r.fd = fd;
-    r.code = detail::io_code::accept;
+    r.code = io_code::accept;
     r.args.accept = {addr, len};
-    return detail::io_awaiter<int>(std::move(token), r);
+    return io_awaiter<int>(std::move(token), r);
 }
 
 /// Connects a non-blocking socket. Completes with 0, or with the socket's own
 /// error (SO_ERROR), e.g. connection_refused, never a later EPIPE.
-[[nodiscard]] inline detail::io_awaiter<int> connect(int fd, const ::sockaddr* addr, ::socklen_t len, std::stop_token token = {}) {
-    detail::io_request r;
+[[nodiscard]] inline io_awaiter<int> connect(int fd, const ::sockaddr* addr, ::socklen_t len,
+                                             std::stop_token token = {}) {
+    io_request r;
     r.fd = fd;
-    r.code = detail::io_code::connect;
+    r.code = io_code::connect;
     r.args.connect = {addr, len};
-    return detail::io_awaiter<int>(std::move(token), r);
+    return io_awaiter<int>(std::move(token), r);
 }
 
 /// One-shot readiness waits; complete with the readiness flags seen.
-[[nodiscard]] inline detail::io_awaiter<int> wait_readable(int fd, std::stop_token token = {}) {
-    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, readable));
+[[nodiscard]] inline io_awaiter<int> wait_readable(int fd, std::stop_token token = {}) {
+    return io_awaiter<int>(std::move(token), poll_request(fd, readable));
 }
-[[nodiscard]] inline detail::io_awaiter<int> wait_writable(int fd, std::stop_token token = {}) {
-    return detail::io_awaiter<int>(std::move(token), detail::poll_request(fd, writable));
+[[nodiscard]] inline io_awaiter<int> wait_writable(int fd, std::stop_token token = {}) {
+    return io_awaiter<int>(std::move(token), poll_request(fd, writable));
 }
 
 /// Owns a descriptor; closing it through its loop completes any operation still

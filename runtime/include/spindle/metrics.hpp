@@ -109,4 +109,9 @@ std::string to_prometheus(const loop_metrics& m);
 /// sample labelled loop="i", under one HELP and TYPE line per metric.
 std::string to_prometheus(std::span<const loop_metrics> loops);
 
+/// For an accept loop of your own (spindle::net's listeners do this): an
+/// accept on the running loop met EMFILE, ENFILE, ENOBUFS or ENOMEM and backs
+/// off. Counts in its loop_metrics::accept_backoffs; nothing outside a loop.
+void count_accept_backoff() noexcept;
+
 }  // namespace spindle

@@ -24,17 +24,17 @@ public:
 
     /// Reads at most buf.size() bytes: the count, 0 at end of stream.
     [[nodiscard]] auto read_some(std::span<std::byte> buf, std::stop_token token = {}) {
-        namespace sd = spindle::detail;
-        return sd::io_awaiter<std::size_t>(std::move(token),
-                                           sd::on_stream(sd::buffer_request(fd_for_io(), sd::io_code::recv, buf.data(), buf.size())));
+        return spindle::io_awaiter<std::size_t>(
+            std::move(token),
+            spindle::on_stream(spindle::buffer_request(fd_for_io(), spindle::io_code::recv, buf.data(), buf.size())));
     }
     /// Reads into a buffer the loop lends once data has arrived
     /// (borrowed_buffer.hpp): at least one byte, empty at end of stream. While
     /// it waits, the connection holds no read buffer.
     [[nodiscard]] auto read_borrowed(std::stop_token token = {}) {
-        namespace sd = spindle::detail;
-        return parked<sd::borrowed_read_wait>(std::move(token),
-                                              sd::on_stream(sd::buffer_request(fd_for_io(), sd::io_code::recv_pooled, nullptr, 0)));
+        return parked<spindle::borrowed_read_wait>(
+            std::move(token),
+            spindle::on_stream(spindle::buffer_request(fd_for_io(), spindle::io_code::recv_pooled, nullptr, 0)));
     }
     /// Writes at most buf.size() bytes (a partial write is possible).
     [[nodiscard]] auto write_some(std::span<const std::byte> buf, std::stop_token token = {}) {

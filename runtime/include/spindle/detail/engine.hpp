@@ -80,9 +80,6 @@ bool submit_io(loop_core& core, io_op& op) noexcept;
 /// Asks a pending operation to finish early (ECANCELED, or its real result if
 /// it won the race). No-op when not pending.
 void cancel_io(loop_core& core, io_op& op) noexcept;
-/// An accept on the running loop met a lack of descriptors or memory and
-/// backs off (loop_metrics::accept_backoffs).
-void count_accept_backoff() noexcept;
 /// The operation's memory is about to go away: the backend never touches it
 /// again and never calls its completion. No-op when not pending.
 void forget_io(loop_core& core, io_op& op) noexcept;

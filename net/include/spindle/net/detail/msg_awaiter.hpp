@@ -2,7 +2,7 @@
 // sendmsg/recvmsg awaiters that keep their msghdr in the awaiting frame, so a
 // datagram or a vectored send costs no allocation and never raises SIGPIPE.
 
-#include <spindle/io.hpp>
+#include <spindle/io_wait.hpp>
 #include <spindle/net/address.hpp>
 #include <spindle/net/error.hpp>
 
@@ -10,14 +10,14 @@
 
 namespace spindle::net::detail {
 
-class send_msg_wait : public spindle::detail::io_result_wait<std::size_t> {
+class send_msg_wait : public spindle::io_result_wait<std::size_t> {
 public:
     send_msg_wait(int fd, std::span<const ::iovec> iov, const address* to) noexcept
-        : io_result_wait(spindle::detail::message_request(fd, spindle::detail::io_code::sendmsg, &m_msg, 0)) {
+        : io_result_wait(spindle::message_request(fd, spindle::io_code::sendmsg, &m_msg, 0)) {
         init(iov, to);
     }
     send_msg_wait(int fd, std::span<const std::byte> buf, const address* to) noexcept
-        : io_result_wait(spindle::detail::message_request(fd, spindle::detail::io_code::sendmsg, &m_msg, 0)) {
+        : io_result_wait(spindle::message_request(fd, spindle::io_code::sendmsg, &m_msg, 0)) {
         m_one = {const_cast<std::byte*>(buf.data()), buf.size()};
         init({&m_one, 1}, to);
     }
@@ -40,10 +40,10 @@ using send_msg_awaiter = spindle::parked<send_msg_wait>;
 
 /// Completes with the datagram's size, or datagram_truncated when it did not
 /// fit (the buffer then holds its first buf.size() bytes).
-class recv_msg_wait : public spindle::detail::io_wait {
+class recv_msg_wait : public spindle::io_wait {
 public:
     recv_msg_wait(int fd, std::span<std::byte> buf, address* from) noexcept
-        : io_wait(spindle::detail::message_request(fd, spindle::detail::io_code::recvmsg, &m_msg, 0)), m_from(from) {
+        : io_wait(spindle::message_request(fd, spindle::io_code::recvmsg, &m_msg, 0)), m_from(from) {
         m_one = {buf.data(), buf.size()};
         m_msg = {};
         m_msg.msg_iov = &m_one;
