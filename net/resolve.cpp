@@ -1,7 +1,8 @@
-#include <spindle/park.hpp>
 #include <spindle/loop.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/resolve.hpp>
+#include <spindle/park.hpp>
+#include <spindle/remote_answer.hpp>
 
 #include <atomic>
 #include <charconv>
@@ -19,23 +20,14 @@ namespace spindle::net {
 
 namespace {
 
-class resolve_wait;
+using lookup_result = result<std::vector<address>>;
 
-// One lookup, shared by the awaiting task and the worker running it. The
-// awaiter may go away first (cancelled, or its frame destroyed): it then
-// detaches under the lock, and the worker's answer is dropped.
-struct lookup {
+// One lookup, shared by the awaiting task and the worker running it; the
+// answer travels back to the task's loop as a remote_answer.
+struct lookup : remote_answer<lookup_result> {
     std::string host;
     std::string service;
     resolve_hints hints;
-
-    std::mutex mutex;
-    loop* owner = nullptr;             // guarded by mutex
-    resolve_wait* waiter = nullptr;  // guarded by mutex; touched on the loop thread only otherwise
-
-    // Written by the worker before it posts; read on the loop after the post.
-    std::vector<address> found;
-    std::error_code error;
 };
 
 class resolver_pool {
@@ -78,7 +70,7 @@ private:
     bool m_stopping = false;
 };
 
-void run_lookup(lookup& job) {
+lookup_result run_lookup(const lookup& job) {
     addrinfo hints{};
     hints.ai_family = job.hints.family == address_family::ipv4   ? AF_INET
                       : job.hints.family == address_family::ipv6 ? AF_INET6
@@ -93,20 +85,18 @@ void run_lookup(lookup& job) {
         hints.ai_flags = 0;
         rc = ::getaddrinfo(job.host.c_str(), job.service.empty() ? nullptr : job.service.c_str(), &hints, &list);
     }
-    if (rc == EAI_SYSTEM) {
-        job.error = std::error_code(errno, std::system_category());
-    } else if (rc != 0) {
-        job.error = make_error_code(errc::resolve_failed);
-    } else {
-        for (addrinfo* ai = list; ai; ai = ai->ai_next) {
-            address a = address::from_native(ai->ai_addr, static_cast<socklen_t>(ai->ai_addrlen));
-            bool seen = false;
-            for (const address& b : job.found) seen = seen || a == b;
-            if (!seen) job.found.push_back(a);
-        }
-        ::freeaddrinfo(list);
-        if (job.found.empty()) job.error = make_error_code(errc::resolve_failed);
+    if (rc == EAI_SYSTEM) return std::error_code(errno, std::system_category());
+    if (rc != 0) return make_error_code(errc::resolve_failed);
+    std::vector<address> found;
+    for (addrinfo* ai = list; ai; ai = ai->ai_next) {
+        address a = address::from_native(ai->ai_addr, static_cast<socklen_t>(ai->ai_addrlen));
+        bool seen = false;
+        for (const address& b : found) seen = seen || a == b;
+        if (!seen) found.push_back(a);
     }
+    ::freeaddrinfo(list);
+    if (found.empty()) return make_error_code(errc::resolve_failed);
+    return found;
 }
 
 // The awaiting task parks on this until a worker answers (through a post to
@@ -116,37 +106,21 @@ public:
     explicit resolve_wait(std::shared_ptr<lookup> job) noexcept : m_job(std::move(job)) {}
 
     void on_park() {
-        {
-            std::lock_guard lock(m_job->mutex);
-            m_job->owner = &owner();
-            m_job->waiter = this;
-        }
+        m_job->attach(*this);
         resolver_pool::instance().submit(m_job);
     }
     void on_cancel() noexcept {
-        detach();
+        m_job->detach();
         complete_cancelled();
     }
-    void on_abandon() noexcept { detach(); }
+    void on_abandon() noexcept { m_job->detach(); }
     void describe(std::string& out) const { out += "resolve " + m_job->host; }
-    result<std::vector<address>> take() {
+    lookup_result take() {
         if (cancelled()) return cancelled_error();
-        if (m_job->error) return m_job->error;
-        return std::move(m_job->found);
-    }
-
-    // On the loop thread, from the worker's post.
-    void on_answer() noexcept {
-        detach();
-        complete();
+        return m_job->take();
     }
 
 private:
-    void detach() noexcept {
-        std::lock_guard lock(m_job->mutex);
-        m_job->waiter = nullptr;
-    }
-
     std::shared_ptr<lookup> m_job;
 };
 
@@ -160,24 +134,12 @@ void resolver_pool::work() {
             job = std::move(m_jobs.front());
             m_jobs.pop_front();
         }
-        {
-            std::lock_guard lock(job->mutex);
-            if (!job->waiter) continue;  // nobody waits any more
-        }
-        run_lookup(*job);
-        // Post while holding the lock: a waiter still attached means its frame,
-        // and so its loop, is alive (a loop destroys parked frames, which
-        // detach under this lock, before it goes).
-        std::lock_guard lock(job->mutex);
-        if (job->waiter) {
-            job->owner->post([job] {
-                resolve_wait* w;
-                {
-                    std::lock_guard inner(job->mutex);
-                    w = job->waiter;
-                }
-                if (w) w->on_answer();
-            });
+        if (!job->awaited()) continue;  // nobody waits any more
+        try {
+            job->give(run_lookup(*job));
+        } catch (...) {
+            // No memory for the answer's post: the wait goes on until it is
+            // cancelled, as it would for a lookup that never ends.
         }
     }
 }

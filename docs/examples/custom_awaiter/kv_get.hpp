@@ -4,19 +4,18 @@
 //
 //   spindle::result<std::string> r = co_await example::kv_get(client, "key", token);
 //
-// The pattern is the one of spindle's own name resolution (net/resolve.cpp):
-// the answer comes on a thread that is not the loop's, so it travels through
-// loop::post, and a state shared with the callback lets it find out whether
-// anybody still waits for it.
+// The answer comes on a thread that is not the loop's: a spindle::remote_answer
+// carries it to the loop (through loop::post) and drops it when nobody waits
+// any more, as spindle's own name resolution does (net/resolve.cpp).
 
 #include "vendor_kv.hpp"
 
 #include <spindle/loop.hpp>
 #include <spindle/park.hpp>
+#include <spindle/remote_answer.hpp>
 #include <spindle/result.hpp>
 
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -47,14 +46,8 @@ struct std::is_error_code_enum<example::kv_errc> : std::true_type {};
 
 namespace example {
 
-/// One request, shared by the awaiting frame and the vendor's callback. The
-/// frame may go first (its task aborted, its loop destroyed): it detaches
-/// under the mutex, and the answer, whenever it comes, finds nobody.
-struct kv_call {
-    std::mutex mutex;
-    spindle::loop* loop = nullptr;      // guarded by mutex
-    spindle::waiter* waiter = nullptr;  // guarded by mutex
-    // Written by the worker before it posts; read on the loop after the post.
+/// What the vendor answers, carried to the loop by a spindle::remote_answer.
+struct kv_reply {
     vendor::status status = vendor::status::closed;
     std::string value;
 };
@@ -62,21 +55,18 @@ struct kv_call {
 class kv_get_wait : public spindle::waiter {
 public:
     kv_get_wait(vendor::kv_client& client, std::string key)
-        : m_client(client), m_key(std::move(key)), m_call(std::make_shared<kv_call>()) {}
+        : m_client(client), m_key(std::move(key)), m_answer(std::make_shared<spindle::remote_answer<kv_reply>>()) {}
 
     void on_park() {
-        {
-            std::lock_guard lock(m_call->mutex);
-            m_call->loop = &owner();
-            m_call->waiter = this;
-        }
-        // Not under the mutex: a library may call back at once, on this thread.
+        m_answer->attach(*this);
+        // A library may call back at once, on this thread: give() just posts.
         try {
-            m_id = m_client.get(m_key, [call = m_call](vendor::status s, std::string value) {
-                answer(call, s, std::move(value));
+            m_id = m_client.get(m_key, [answer = m_answer](vendor::status s, std::string value) {
+                // On the vendor's worker thread: dropped if nobody waits any more.
+                answer->give(kv_reply{s, std::move(value)});
             });
         } catch (...) {
-            detach();  // co_await rethrows; nothing was started
+            m_answer->detach();  // co_await rethrows; nothing was started
             throw;
         }
     }
@@ -85,7 +75,7 @@ public:
         m_cancelling = true;
         if (m_client.cancel(m_id)) {
             // Withdrawn: no answer will ever come, so finish now (synchronous).
-            detach();
+            m_answer->detach();
             complete_cancelled();
         }
         // Otherwise the answer is already on its way and completes the wait
@@ -94,8 +84,8 @@ public:
     }
 
     void on_abandon() noexcept {
-        detach();              // a late answer finds nobody
-        m_client.cancel(m_id); // and the vendor need not answer at all
+        m_answer->detach();     // a late answer finds nobody
+        m_client.cancel(m_id);  // and the vendor need not answer at all
     }
 
     void describe(std::string& out) const {
@@ -104,8 +94,9 @@ public:
 
     spindle::result<std::string> take() {
         if (cancelled()) return spindle::cancelled_error();
-        switch (m_call->status) {
-            case vendor::status::ok: return std::move(m_call->value);
+        kv_reply reply = m_answer->take();
+        switch (reply.status) {
+            case vendor::status::ok: return std::move(reply.value);
             case vendor::status::not_found: return make_error_code(kv_errc::not_found);
             case vendor::status::closed: break;
         }
@@ -113,34 +104,9 @@ public:
     }
 
 private:
-    // On the vendor's worker thread: never touch the waiter from here.
-    static void answer(const std::shared_ptr<kv_call>& call, vendor::status s, std::string value) {
-        std::lock_guard lock(call->mutex);
-        if (!call->waiter) return;  // cancelled or abandoned: nobody waits
-        call->status = s;
-        call->value = std::move(value);
-        // Post while holding the mutex: a waiter still attached means its
-        // frame, and so its loop, is alive (a loop destroys its parked frames,
-        // which detach under this mutex, before it goes).
-        call->loop->post([call] {
-            // On the loop's thread; the waiter may have gone since the post.
-            spindle::waiter* w;
-            {
-                std::lock_guard inner(call->mutex);
-                w = std::exchange(call->waiter, nullptr);
-            }
-            if (w) w->complete();
-        });
-    }
-
-    void detach() noexcept {
-        std::lock_guard lock(m_call->mutex);
-        m_call->waiter = nullptr;
-    }
-
     vendor::kv_client& m_client;
     std::string m_key;
-    std::shared_ptr<kv_call> m_call;
+    std::shared_ptr<spindle::remote_answer<kv_reply>> m_answer;
     vendor::kv_client::request_id m_id = 0;
     bool m_cancelling = false;
 };
