@@ -4,6 +4,10 @@
 // per process, and a seccomp filter cannot be taken back.
 //
 //   backend-probe [--backend NAME] [--loops N] [--deny-io-uring]
+//   backend-probe --deny-io-uring --exec PROGRAM [ARGS...]
+//
+// The second form runs another program under the filter (it outlives exec):
+// a test program asked for io_uring where io_uring is forbidden.
 
 #include <spindle/io.hpp>
 #include <spindle/log.hpp>
@@ -73,6 +77,10 @@ int main(int argc, char** argv) {
                 std::printf("error: seccomp: %s\n", std::strerror(errno));
                 return 4;
             }
+        } else if (arg == "--exec" && i + 1 < argc) {
+            ::execv(argv[i + 1], argv + i + 1);
+            std::printf("error: exec %s: %s\n", argv[i + 1], std::strerror(errno));
+            return 6;
         } else {
             return 2;
         }

@@ -2,7 +2,9 @@
 // choice is read once per process): an io_uring that cannot start, made so by
 // a seccomp filter or by the fault hook, leaves automatic on epoll with one
 // info line; asking for it explicitly is an error; SPINDLE_BACKEND wins over
-// loop_options; a name that is not a backend is refused.
+// loop_options; a name that is not a backend is refused. A test program on a
+// backend that cannot start is skipped (exit code 77), and fails on a name
+// that is not a backend.
 
 #include "support.hpp"
 
@@ -33,11 +35,9 @@ struct outcome {
     }
 };
 
-// Runs the probe with exactly these SPINDLE_* variables set (others unset).
-outcome probe(std::vector<std::string> args, const std::map<std::string, std::string>& env) {
-    const char* path = std::getenv("SPINDLE_BACKEND_PROBE");
-    REQUIRE(path);
-    args.insert(args.begin(), path);
+// Runs `args` (a program, then its arguments) with exactly these SPINDLE_*
+// variables set (others unset); its output is stdout and stderr together.
+outcome run_program(std::vector<std::string> args, const std::map<std::string, std::string>& env) {
     int out[2];
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
     const pid_t pid = ::fork();
@@ -73,6 +73,23 @@ outcome probe(std::vector<std::string> args, const std::map<std::string, std::st
     return result;
 }
 
+outcome probe(std::vector<std::string> args, const std::map<std::string, std::string>& env) {
+    const char* path = std::getenv("SPINDLE_BACKEND_PROBE");
+    REQUIRE(path);
+    args.insert(args.begin(), path);
+    return run_program(std::move(args), env);
+}
+
+// A test program built with the tests' main, which skips (exit code 77) when
+// SPINDLE_BACKEND names a backend that cannot start.
+std::string test_program() {
+    const char* path = std::getenv("SPINDLE_TEST_PROGRAM");
+    REQUIRE(path);
+    return path;
+}
+
+constexpr int exit_skipped = 77;
+
 #if SPINDLE_HAVE_IO_URING
 // Whether io_uring starts on this machine at all; the kernel or a container
 // may forbid it, and then automatic must land on epoll without any help.
@@ -105,7 +122,38 @@ TEST_CASE("backends: a SPINDLE_BACKEND that names no backend is refused", "[back
     CHECK(r.count("SPINDLE_BACKEND='select' is not a backend") == 1);
 }
 
+TEST_CASE("backends: a test program whose SPINDLE_BACKEND names no backend fails", "[backends]") {
+    auto r = run_program({test_program()}, {{"SPINDLE_BACKEND", "select"}});
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.count("error: spindle: SPINDLE_BACKEND='select' is not a backend") == 1);
+}
+
+#if !SPINDLE_HAVE_KQUEUE
+TEST_CASE("backends: a test program on a backend not built in is skipped", "[backends]") {
+    auto r = run_program({test_program()}, {{"SPINDLE_BACKEND", "kqueue"}});
+    INFO(r.output);
+    CHECK(r.exit_code == exit_skipped);
+    CHECK(r.count("skipped: backend kqueue cannot start: spindle: backend 'kqueue' is not built in") == 1);
+}
+#endif
+
 #if SPINDLE_HAVE_IO_URING
+
+TEST_CASE("backends: a test program on an io_uring that cannot start is skipped", "[backends]") {
+    // Forbidden by a seccomp filter, as a container's profile does; the filter
+    // outlives the probe's exec of the test program.
+    auto denied = probe({"--deny-io-uring", "--exec", test_program()}, {{"SPINDLE_BACKEND", "io_uring"}});
+    INFO(denied.output);
+    CHECK(denied.exit_code == exit_skipped);
+    CHECK(denied.count("skipped: backend io_uring cannot start: ") == 1);
+    CHECK(denied.count("forbidden") == 1);
+
+    auto faulted = run_program({test_program()}, {{"SPINDLE_BACKEND", "io_uring"}, {"SPINDLE_IO_URING_FAIL", "1"}});
+    INFO(faulted.output);
+    CHECK(faulted.exit_code == exit_skipped);
+    CHECK(faulted.count("skipped: backend io_uring cannot start: ") == 1);
+}
 
 TEST_CASE("backends: automatic picks io_uring where it starts", "[backends]") {
     auto r = probe({"--loops", "2"}, {});
