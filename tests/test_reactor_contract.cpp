@@ -189,6 +189,10 @@ public:
     };
 
     harness() : m_backend(reactor::make_backend(reactor::backend_kind::automatic)) {}
+    explicit harness(const reactor::backend_options& options) {
+        std::string fallback, notes;
+        m_backend = reactor::make_backend(reactor::backend_kind::automatic, options, fallback, notes);
+    }
     harness(const harness&) = delete;
     harness& operator=(const harness&) = delete;
 
@@ -1278,6 +1282,17 @@ TEST_CASE("reactor contract: a bad descriptor answers -EBADF", "[reactor]") {
     ::close(gone.b);
     CHECK(h.run(h.read(op_code::read, gone.a, in, sizeof in)) == -EBADF);
     CHECK(h.run(h.write(op_code::write, gone.b, in, sizeof in)) == -EBADF);
+    CHECK(h.run(h.poll_op(-1, reactor::readable)) == -EBADF);
+
+    // A readiness wait on a closed number: epoll cannot watch it and throws.
+    operation& w = h.poll_op(gone.a, reactor::readable);
+    try {
+        CHECK(h.run(w) == -EBADF);
+    } catch (const std::system_error& e) {
+        CHECK(h.backend().kind() != reactor::backend_kind::io_uring);
+        CHECK(e.code().value() == EBADF);
+        CHECK_FALSE(w.pending());
+    }
 }
 
 TEST_CASE("reactor contract: several waiters on one descriptor, nothing lost or given twice", "[reactor]") {
@@ -1478,4 +1493,79 @@ TEST_CASE("reactor contract: a poll without a time limit ends on wake", "[reacto
     waker.join();
     CHECK(n == 0);
     CHECK(waited < 900ms);
+}
+
+// --- pooled receives: the batch and the buffers' lifetime --------------------------
+
+TEST_CASE("reactor contract: one poll lends at most a batch of buffers, the rest wait", "[reactor]") {
+    reactor::backend_options options;
+    options.read_buffer_batch = 2;
+    options.read_buffer_size = 1024;
+    harness h(options);
+    constexpr int receives = 6;
+    std::vector<fd_pair> sockets;
+    std::vector<operation*> ops;
+    for (int i = 0; i < receives; ++i) {
+        sockets.push_back(h.own(make_socketpair()));
+        ops.push_back(&h.op(op_code::recv_pooled, sockets.back().a));
+        ops.back()->stream = true;
+        REQUIRE_FALSE(h.submit(*ops.back()));
+    }
+    h.poll(0ns);
+    for (const fd_pair& s : sockets) put(s.b, "burst");
+
+    const auto completed = [&] {
+        return static_cast<int>(std::count_if(ops.begin(), ops.end(), [&](operation* o) { return h.completions(*o) > 0; }));
+    };
+    std::vector<operation*> delivered;
+    // Buffers on their way to owners that have not taken them yet hold the
+    // others back; each one taken lets one more through.
+    REQUIRE(h.poll_until([&] { return completed() >= 2; }));
+    h.idle();
+    CHECK(completed() == 2);
+    for (int round = 0; completed() < receives && round < receives; ++round) {
+        for (operation* o : ops) {
+            if (h.completions(*o) == 0 || std::find(delivered.begin(), delivered.end(), o) != delivered.end()) continue;
+            REQUIRE(o->result == 5);
+            o->args.pooled.pool->delivered();  // taken, and held on to
+            delivered.push_back(o);
+        }
+        const int before = completed();
+        REQUIRE(h.poll_until([&] { return completed() > before; }));
+        h.idle(10ms);
+        CHECK(completed() - before <= 2);
+    }
+    CHECK(completed() == receives);
+    // Held buffers do not count against the batch; all of them are lent now.
+    CHECK(h.backend().read_buffers().lent == static_cast<std::uint32_t>(receives));
+    for (operation* o : ops) {
+        if (std::find(delivered.begin(), delivered.end(), o) == delivered.end()) {
+            reactor::release_handed_over(*o);
+        } else {
+            o->args.pooled.pool->give_back(o->args.pooled.id);
+        }
+    }
+    CHECK(h.backend().read_buffers().lent == 0);
+}
+
+TEST_CASE("reactor contract: a lent buffer outlives its backend", "[reactor]") {
+    const fd_pair s = make_socketpair();
+    reactor::buffer_pool* pool = nullptr;
+    std::uint32_t id = 0;
+    {
+        harness h;
+        operation& r = h.op(op_code::recv_pooled, s.a);
+        r.stream = true;
+        put(s.b, "kept");
+        if (!h.submit(r)) REQUIRE(h.wait_for(r));
+        REQUIRE(r.result == 4);
+        pool = r.args.pooled.pool;
+        id = r.args.pooled.id;
+        pool->delivered();
+    }
+    // The backend is gone; its pool stays until this last buffer comes back.
+    CHECK(std::string_view(reinterpret_cast<const char*>(pool->address(id)), 4) == "kept");
+    pool->give_back(id);
+    ::close(s.a);
+    ::close(s.b);
 }

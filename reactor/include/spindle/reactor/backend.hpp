@@ -36,11 +36,25 @@ public:
 
     /// Starts `op`. Returns true when it completed at once (op.result is set and
     /// complete() is NOT called); false when it is pending and complete() will be
-    /// called later from poll() or cancel().
+    /// called later, from poll(), cancel() or close_fd(), never from submit().
+    /// Which operations complete at once is the backend's choice: epoll and
+    /// kqueue try the syscall first, io_uring only queues the request. A
+    /// negative `fd` completes at once with -EBADF everywhere. Throws
+    /// std::system_error when the operation cannot be started (epoll cannot
+    /// watch a regular file: EPERM, where io_uring answers a poll of one at
+    /// once; io_uring's submission queue cannot be flushed); `op` is then not
+    /// pending and complete() is never called.
+    ///
+    /// Several operations waiting on one descriptor in one direction are
+    /// served in the order they were submitted by epoll and kqueue, in the
+    /// kernel's order by io_uring; none is lost or served twice.
     virtual bool submit(operation& op) = 0;
 
     /// Asks a pending operation to finish early. It completes with -ECANCELED,
-    /// or with its real result if it had already won the race. No-op otherwise.
+    /// or with its real result if it had already won the race. No-op otherwise
+    /// (an operation never submitted, done, or forgotten). complete() is
+    /// called from cancel() itself on epoll and kqueue, from a later poll() on
+    /// io_uring, where a result the kernel made first is the likely answer.
     virtual void cancel(operation& op) noexcept = 0;
 
     /// The operation's memory is about to go away: never touch it again and
@@ -49,6 +63,11 @@ public:
 
     /// The descriptor is about to be closed: every operation still pending on it
     /// completes with -ECANCELED and the backend drops what it knows of `fd`.
+    /// -ECANCELED even for a result the kernel had already made (io_uring):
+    /// what it handed over (an accepted descriptor, a pooled buffer) is given
+    /// back. complete() is called from close_fd() itself on epoll and kqueue,
+    /// from a later poll() on io_uring. A descriptor the backend does not know
+    /// of, or with nothing pending, is a no-op.
     virtual void close_fd(int fd) noexcept = 0;
 
     /// Waits for completions for at most `timeout` (negative: no limit, zero:
