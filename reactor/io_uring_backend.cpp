@@ -385,6 +385,11 @@ void io_uring_backend::close_fd(int fd) noexcept {
     // matches the open file, so it would also cancel requests made through a
     // dup() of it, and it would have to reach the kernel before the close,
     // costing an io_uring_enter here; these ride with the next poll()'s batch.
+    // Every operation answers the close, those cancelled before it too: their
+    // cancel is already queued, but a result the kernel made (an accepted
+    // descriptor) must still be given back, not handed over.
+    for (operation* op = m_by_fd[static_cast<std::size_t>(fd)]; op; op = op->next)
+        m_slots[op->backend_slot].closed = true;
     // Restart from the head each time: queueing may reap completions, which
     // unlinks operations from this very list.
     for (;;) {
@@ -392,7 +397,6 @@ void io_uring_backend::close_fd(int fd) noexcept {
         while (op && m_slots[op->backend_slot].cancel_requested) op = op->next;
         if (!op) break;
         m_slots[op->backend_slot].cancel_requested = true;
-        m_slots[op->backend_slot].closed = true;
         queue_cancel(op->backend_slot);
     }
     // Completions already collected (or held back for the next poll) must
