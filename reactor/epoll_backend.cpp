@@ -64,6 +64,7 @@ bool epoll_backend::ensure_registered(int fd, fd_state& st) {
 
 bool epoll_backend::submit(operation& op) {
     if (op.fd < 0) return complete_now(op, -EBADF);
+    op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);
     if (op.code == op_code::poll) {
         // A fresh edge-triggered registration reports the current readiness by

@@ -178,6 +178,7 @@ void kqueue_backend::filter_failed(const struct kevent& ev) noexcept {
 
 bool kqueue_backend::submit(operation& op) {
     if (op.fd < 0) return complete_now(op, -EBADF);
+    op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);
     if (op.code == op_code::poll) {
         add_filters_now(op.fd, st, op.events);

@@ -215,6 +215,15 @@ public:
         o.owner = this;
         return o;
     }
+    // The same operation, done with, made ready for another use: its earlier
+    // completions stay in the log (for the rules) but no longer count as its.
+    operation& reuse(operation& o, op_code code, int fd) {
+        REQUIRE_FALSE(o.pending());
+        for (record& r : m_log)
+            if (r.op == &o) r.op = nullptr;
+        o.state = op_state::idle;
+        return prepare(o, code, fd);
+    }
     operation& read(op_code code, int fd, void* data, std::size_t size) {
         operation& o = op(code, fd);
         o.args.buf = {data, size};
@@ -687,6 +696,12 @@ TEST_CASE("reactor contract: connect completes with 0, or with the refusal", "[r
         operation& r = h.op(op_code::connect, refused);
         r.args.connect = {closed.get(), closed.len};
         CHECK(h.run(r) == -ECONNREFUSED);
+
+        // One operation used again for a connect of another socket starts afresh.
+        const int again = h.own(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        h.reuse(r, op_code::connect, again);
+        r.args.connect = {listening.get(), listening.len};
+        CHECK(h.run(r) == 0);
     }
 }
 
@@ -1550,7 +1565,8 @@ TEST_CASE("reactor contract: one poll lends at most a batch of buffers, the rest
     for (const fd_pair& s : sockets) put(s.b, "burst");
 
     const auto completed = [&] {
-        return static_cast<int>(std::count_if(ops.begin(), ops.end(), [&](operation* o) { return h.completions(*o) > 0; }));
+        return static_cast<int>(
+            std::count_if(ops.begin(), ops.end(), [&](operation* o) { return h.completions(*o) > 0; }));
     };
     std::vector<operation*> delivered;
     // Buffers on their way to owners that have not taken them yet hold the
