@@ -1,8 +1,9 @@
 #pragma once
 // Helpers shared by the network tests: text and byte views, position-dependent
 // byte patterns, a skip that works on Catch2 v2 and v3, the descriptor limit,
-// raw client sockets kept away from the loop, and a listener whose accept
-// queue is full (for connect timeouts).
+// raw sockets kept away from the loop (clients, and a listener for tests of
+// the descriptor calls), and a listener whose accept queue is full (for
+// connect timeouts).
 
 #include "support.hpp"
 
@@ -10,6 +11,7 @@
 #include <spindle/net/error.hpp>
 #include <spindle/net/tcp.hpp>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -38,14 +40,6 @@
 #endif
 
 namespace spindle::test {
-
-inline std::span<const std::byte> bytes_of(std::string_view s) noexcept {
-    return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
-
-inline std::string text_of(std::span<const std::byte> b) {
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
 
 /// Byte `offset` of the stream `seed`: a function of the position, so a lost,
 /// doubled or reordered chunk shows at the first byte it moved.
@@ -134,6 +128,23 @@ public:
 private:
     int m_fd = -1;
 };
+
+/// A non-blocking TCP listener on 127.0.0.1 with an ephemeral port, for the
+/// descriptor calls (spindle::accept); `addr` receives its address.
+inline int tcp_listener(::sockaddr_in& addr) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    REQUIRE(::bind(fd, reinterpret_cast<const ::sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd, SOMAXCONN) == 0);
+    ::socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(fd, reinterpret_cast<::sockaddr*>(&addr), &len) == 0);
+    REQUIRE(addr.sin_port != 0);
+    return fd;
+}
 
 enum class connect_outcome { connected, pending, failed };
 

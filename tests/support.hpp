@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the tests: a watchdog so a hung coroutine fails instead of
-// hanging the suite, a log capture, and a lifetime counter.
+// Helpers shared by the tests: the runner (a watchdog so a hung coroutine
+// fails instead of hanging the suite, and a leak check), a log capture,
+// non-blocking pipes and socket pairs, and a lifetime counter.
 
 #include "catch.hpp"
 
@@ -13,11 +14,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <utility>
-
 #include <chrono>
+#include <cstddef>
+#include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 namespace spindle::test {
@@ -32,17 +37,51 @@ inline bool has_native_handle(const spindle::loop& l) {
     return false;
 }
 
-/// Runs `t` on `l` until it finishes; fails the test (and returns) if it has
-/// not finished within `limit` of wall time.
+namespace detail {
 template <class T>
-T run_with_watchdog(loop& l, task<T> t, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+T run_task(loop& l, task<T> t, std::chrono::milliseconds limit, bool may_leave_tasks) {
+    const std::size_t alive_before = l.task_count();
     auto handle = l.spawn(std::move(t), "test");
     const auto give_up = clock::now() + limit;
     while (!handle.done()) {
-        if (clock::now() > give_up) FAIL("watchdog: the task did not finish in time");
+        if (clock::now() > give_up) FAIL("watchdog: the task did not finish in time\n" << l.dump_tasks());
         l.run_once(std::chrono::milliseconds(10));
     }
-    return l.block_on([](join_handle<T>& h) -> task<T> { co_return co_await h; }(handle));
+    if (!may_leave_tasks && l.task_count() > alive_before)
+        FAIL_CHECK("leak: the task finished but left tasks alive (" << alive_before << " before it)\n"
+                                                                    << l.dump_tasks());
+    // The task is done: awaiting its handle completes without suspending.
+    auto result = handle.operator co_await();
+    return result.await_resume();
+}
+}  // namespace detail
+
+/// Runs `t` on `l` until it finishes and returns its value (or rethrows its
+/// exception): the one way a test runs its task. The test fails if the task
+/// has not finished within `limit` of wall time (a hung coroutine, not a hung
+/// suite), and, once it has, if it left more tasks alive than there were
+/// before it started: a child it detached and forgot, still parked, is a leak.
+/// Tasks the test spawned itself beforehand (a server it runs against) are
+/// its own and may live on.
+template <class T>
+T run(loop& l, task<T> t, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    return detail::run_task(l, std::move(t), limit, false);
+}
+
+/// run() for a task whose purpose is to start tasks that outlive it (into a
+/// task group the test joins later): no leak check.
+template <class T>
+T run_leaving_tasks(loop& l, task<T> t, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    return detail::run_task(l, std::move(t), limit, true);
+}
+
+/// A string's bytes, and bytes as a string.
+inline std::span<const std::byte> bytes_of(std::string_view s) noexcept {
+    return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+inline std::string text_of(std::span<const std::byte> b) {
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
 /// Captures what the library logs while alive.
@@ -71,6 +110,8 @@ private:
 };
 
 /// A non-blocking pipe, closed after the loop that used it (declare it first).
+/// An end may be handed over (to a unique_fd, to a task, to be closed early):
+/// then it is no longer ours to close.
 struct pipe_pair {
     int r = -1;
     int w = -1;
@@ -81,17 +122,18 @@ struct pipe_pair {
         w = fds[1];
     }
     ~pipe_pair() {
-        ::close(r);
-        ::close(w);
+        if (r >= 0) ::close(r);
+        if (w >= 0) ::close(w);
     }
     pipe_pair(const pipe_pair&) = delete;
     pipe_pair& operator=(const pipe_pair&) = delete;
+    int give_r() { return std::exchange(r, -1); }
+    int give_w() { return std::exchange(w, -1); }
     bool put(char c = 'x') const { return ::write(w, &c, 1) == 1; }
 };
 
 /// A connected pair of non-blocking stream sockets, closed after the loop that
-/// used them (declare it first). `a` may be handed to a task (then it is no
-/// longer ours to close).
+/// used them (declare it first). An end may be handed over, as a pipe's.
 struct socket_pair {
     int a = -1;
     int b = -1;
@@ -103,11 +145,12 @@ struct socket_pair {
     }
     ~socket_pair() {
         if (a >= 0) ::close(a);
-        ::close(b);
+        if (b >= 0) ::close(b);
     }
     socket_pair(const socket_pair&) = delete;
     socket_pair& operator=(const socket_pair&) = delete;
     int give_a() { return std::exchange(a, -1); }
+    int give_b() { return std::exchange(b, -1); }
     /// recv on `b`: 0 once `a` is closed; -EAGAIN while `a` is open and silent.
     long peek_b() const {
         char c;
@@ -115,6 +158,16 @@ struct socket_pair {
         return n < 0 ? -errno : static_cast<long>(n);
     }
 };
+
+/// A regular file (epoll refuses those with EPERM), already unlinked; the
+/// caller closes it.
+inline int regular_file() {
+    std::string path = "/tmp/spindle-test-XXXXXX";
+    const int fd = ::mkostemp(path.data(), O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    ::unlink(path.c_str());
+    return fd;
+}
 
 /// The error a result holds, empty on success: for tests that record an
 /// outcome as an error code. (A function, not `(co_await x).error()`, which

@@ -28,7 +28,7 @@ using spindle::task;
 using spindle::test::bytes_of;
 using spindle::test::fill_pattern;
 using spindle::test::pattern_mismatch;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 
@@ -74,7 +74,7 @@ TEST_CASE("borrowed read: the bytes that arrived, then an empty buffer at end of
         std::size_t size_at_end = 1;
         bool ended = false;
     } got;
-    run_with_watchdog(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
+    run(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
         tcp_pair p = co_await connect_pair(listener);
         result<void> sent = co_await p.client.write_all(bytes_of("hello, pool"));
         REQUIRE(sent.has_value());
@@ -106,29 +106,33 @@ TEST_CASE("borrowed read: a bulk transfer arrives whole and in order, each buffe
         std::size_t largest = 0;
         std::error_code error;
     } got;
-    run_with_watchdog(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
-        tcp_pair p = co_await connect_pair(listener);
-        auto writer = loop::current().spawn([](net::tcp_stream& c) -> task<void> {
-            std::vector<std::byte> data(total);
-            fill_pattern(data, 11, 0);
-            result<void> w = co_await c.write_all(data);
-            REQUIRE(w.has_value());
-            REQUIRE(c.shutdown_write().has_value());
-        }(p.client));
-        for (int i = 0; i < 1'000'000; ++i) {
-            result<borrowed_buffer> b = co_await p.server.read_borrowed();
-            if (!b) {
-                got.error = b.error();
-                break;
+    run(
+        l,
+        [](net::tcp_listener& listener, outcome& got) -> task<void> {
+            tcp_pair p = co_await connect_pair(listener);
+            auto writer = loop::current().spawn([](net::tcp_stream& c) -> task<void> {
+                std::vector<std::byte> data(total);
+                fill_pattern(data, 11, 0);
+                result<void> w = co_await c.write_all(data);
+                REQUIRE(w.has_value());
+                REQUIRE(c.shutdown_write().has_value());
+            }(p.client));
+            for (int i = 0; i < 1'000'000; ++i) {
+                result<borrowed_buffer> b = co_await p.server.read_borrowed();
+                if (!b) {
+                    got.error = b.error();
+                    break;
+                }
+                if (b->empty()) break;
+                got.largest = std::max(got.largest, b->size());
+                const std::size_t bad = pattern_mismatch(b->bytes(), 11, got.received);
+                if (bad != static_cast<std::size_t>(-1) && got.mismatch == static_cast<std::size_t>(-1))
+                    got.mismatch = got.received + bad;
+                got.received += b->size();
             }
-            if (b->empty()) break;
-            got.largest = std::max(got.largest, b->size());
-            const std::size_t bad = pattern_mismatch(b->bytes(), 11, got.received);
-            if (bad != static_cast<std::size_t>(-1) && got.mismatch == static_cast<std::size_t>(-1)) got.mismatch = got.received + bad;
-            got.received += b->size();
-        }
-        co_await writer;
-    }(listener, got), 30s);
+            co_await writer;
+        }(listener, got),
+        30s);
     CHECK(!got.error);
     CHECK(got.received == total);
     CHECK(got.mismatch == static_cast<std::size_t>(-1));
@@ -149,16 +153,18 @@ TEST_CASE("borrowed read: 64 connections holding their buffers at once outgrow a
         int ended = 0;
         std::error_code error;
     } got;
-    run_with_watchdog(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
-        std::vector<tcp_pair> pairs;
-        for (int i = 0; i < connections; ++i) pairs.push_back(co_await connect_pair(listener));
-        std::vector<borrowed_buffer> held(connections);
-        spindle::event all_read;
-        int reads = 0;
-        std::vector<spindle::join_handle<void>> readers;
-        for (int i = 0; i < connections; ++i) {
-            readers.push_back(loop::current().spawn(
-                [](net::tcp_stream& s, borrowed_buffer& keep, int& reads, spindle::event& all_read, outcome& got) -> task<void> {
+    run(
+        l,
+        [](net::tcp_listener& listener, outcome& got) -> task<void> {
+            std::vector<tcp_pair> pairs;
+            for (int i = 0; i < connections; ++i) pairs.push_back(co_await connect_pair(listener));
+            std::vector<borrowed_buffer> held(connections);
+            spindle::event all_read;
+            int reads = 0;
+            std::vector<spindle::join_handle<void>> readers;
+            for (int i = 0; i < connections; ++i) {
+                readers.push_back(loop::current().spawn([](net::tcp_stream& s, borrowed_buffer& keep, int& reads,
+                                                           spindle::event& all_read, outcome& got) -> task<void> {
                     result<borrowed_buffer> b = co_await s.read_borrowed();
                     if (!b) {
                         got.error = b.error();
@@ -168,24 +174,26 @@ TEST_CASE("borrowed read: 64 connections holding their buffers at once outgrow a
                     if (++reads == connections) all_read.set();
                     (void)co_await all_read.wait();
                 }(pairs[static_cast<std::size_t>(i)].server, held[static_cast<std::size_t>(i)], reads, all_read, got)));
-        }
-        (void)co_await spindle::sleep_for(10ms);  // every reader parked
-        for (int i = 0; i < connections; ++i) {
-            const std::string text = "connection " + std::to_string(i);
-            result<void> sent = co_await pairs[static_cast<std::size_t>(i)].client.write_all(bytes_of(text));
-            REQUIRE(sent.has_value());
-        }
-        for (auto& r : readers) co_await r;
-        for (int i = 0; i < connections; ++i)
-            if (text_of(held[static_cast<std::size_t>(i)].bytes()) == "connection " + std::to_string(i)) ++got.right;
-        held.clear();
-        // The pool is whole again: every connection reads end of stream.
-        for (auto& p : pairs) REQUIRE(p.client.shutdown_write().has_value());
-        for (auto& p : pairs) {
-            result<borrowed_buffer> end = co_await p.server.read_borrowed();
-            if (end && end->empty()) ++got.ended;
-        }
-    }(listener, got), 30s);
+            }
+            (void)co_await spindle::sleep_for(10ms);  // every reader parked
+            for (int i = 0; i < connections; ++i) {
+                const std::string text = "connection " + std::to_string(i);
+                result<void> sent = co_await pairs[static_cast<std::size_t>(i)].client.write_all(bytes_of(text));
+                REQUIRE(sent.has_value());
+            }
+            for (auto& r : readers) co_await r;
+            for (int i = 0; i < connections; ++i)
+                if (text_of(held[static_cast<std::size_t>(i)].bytes()) == "connection " + std::to_string(i))
+                    ++got.right;
+            held.clear();
+            // The pool is whole again: every connection reads end of stream.
+            for (auto& p : pairs) REQUIRE(p.client.shutdown_write().has_value());
+            for (auto& p : pairs) {
+                result<borrowed_buffer> end = co_await p.server.read_borrowed();
+                if (end && end->empty()) ++got.ended;
+            }
+        }(listener, got),
+        30s);
     CHECK(!got.error);
     CHECK(got.right == connections);
     CHECK(got.ended == connections);
@@ -206,15 +214,17 @@ std::uint64_t buffers_for_a_burst(const loop_options& options, int connections, 
         int right = 0;
         std::error_code error;
     } got;
-    run_with_watchdog(l, [](net::tcp_listener& listener, int connections, outcome& got) -> task<void> {
-        std::vector<tcp_pair> pairs;
-        for (int i = 0; i < connections; ++i) pairs.push_back(co_await connect_pair(listener));
-        spindle::event all_read;
-        int reads = 0;
-        std::vector<spindle::join_handle<void>> readers;
-        for (int i = 0; i < connections; ++i) {
-            readers.push_back(loop::current().spawn(
-                [](net::tcp_stream& s, int i, int connections, int& reads, spindle::event& all_read, outcome& got) -> task<void> {
+    run(
+        l,
+        [](net::tcp_listener& listener, int connections, outcome& got) -> task<void> {
+            std::vector<tcp_pair> pairs;
+            for (int i = 0; i < connections; ++i) pairs.push_back(co_await connect_pair(listener));
+            spindle::event all_read;
+            int reads = 0;
+            std::vector<spindle::join_handle<void>> readers;
+            for (int i = 0; i < connections; ++i) {
+                readers.push_back(loop::current().spawn([](net::tcp_stream& s, int i, int connections, int& reads,
+                                                           spindle::event& all_read, outcome& got) -> task<void> {
                     for (;;) {
                         result<borrowed_buffer> b = co_await s.read_borrowed();
                         if (!b) {
@@ -226,19 +236,21 @@ std::uint64_t buffers_for_a_burst(const loop_options& options, int connections, 
                         if (++reads == connections) all_read.set();
                     }
                 }(pairs[static_cast<std::size_t>(i)].server, i, connections, reads, all_read, got)));
-        }
-        (void)co_await spindle::sleep_for(10ms);  // every reader parked, holding nothing
-        // Sent in one go, without a suspension between: the loop looks at the
-        // OS only after all of them, and finds every connection readable.
-        for (int i = 0; i < connections; ++i) {
-            const std::string text = "connection " + std::to_string(i);
-            const auto n = ::send(pairs[static_cast<std::size_t>(i)].client.native_handle(), text.data(), text.size(), MSG_NOSIGNAL);
-            REQUIRE(n == static_cast<::ssize_t>(text.size()));
-        }
-        (void)co_await all_read.wait();
-        for (auto& p : pairs) REQUIRE(p.client.shutdown_write().has_value());
-        for (auto& r : readers) co_await r;
-    }(listener, connections, got), 30s);
+            }
+            (void)co_await spindle::sleep_for(10ms);  // every reader parked, holding nothing
+            // Sent in one go, without a suspension between: the loop looks at the
+            // OS only after all of them, and finds every connection readable.
+            for (int i = 0; i < connections; ++i) {
+                const std::string text = "connection " + std::to_string(i);
+                const auto n = ::send(pairs[static_cast<std::size_t>(i)].client.native_handle(), text.data(),
+                                      text.size(), MSG_NOSIGNAL);
+                REQUIRE(n == static_cast<::ssize_t>(text.size()));
+            }
+            (void)co_await all_read.wait();
+            for (auto& p : pairs) REQUIRE(p.client.shutdown_write().has_value());
+            for (auto& r : readers) co_await r;
+        }(listener, connections, got),
+        30s);
     CHECK(!got.error);
     CHECK(got.right == connections);
     const spindle::loop_metrics m = l.metrics();
@@ -278,7 +290,7 @@ TEST_CASE("borrowed read: a cancelled read takes nothing, and the next read gets
         std::error_code cancelled;
         std::string after;
     } got;
-    run_with_watchdog(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
+    run(l, [](net::tcp_listener& listener, outcome& got) -> task<void> {
         tcp_pair p = co_await connect_pair(listener);
         std::stop_source stop;
         auto reader = loop::current().spawn([](net::tcp_stream& s, std::stop_token token, outcome& got) -> task<void> {
@@ -304,7 +316,7 @@ std::error_code waiting_read_error(void (*interrupt)(tcp_pair&)) {
     loop l;
     auto listener = listen_loopback();
     std::error_code error;
-    run_with_watchdog(l, [](net::tcp_listener& listener, void (*interrupt)(tcp_pair&), std::error_code& error) -> task<void> {
+    run(l, [](net::tcp_listener& listener, void (*interrupt)(tcp_pair&), std::error_code& error) -> task<void> {
         tcp_pair p = co_await connect_pair(listener);
         auto reader = loop::current().spawn([](net::tcp_stream& s, std::error_code& error) -> task<void> {
             result<borrowed_buffer> b = co_await s.read_borrowed();
@@ -335,7 +347,7 @@ TEST_CASE("borrowed read: a buffer kept past its loop's end stays valid and is f
     {
         loop l;
         auto listener = listen_loopback();
-        run_with_watchdog(l, [](net::tcp_listener& listener, borrowed_buffer& kept) -> task<void> {
+        run(l, [](net::tcp_listener& listener, borrowed_buffer& kept) -> task<void> {
             tcp_pair p = co_await connect_pair(listener);
             result<void> sent = co_await p.client.write_all(bytes_of("outlives the loop"));
             REQUIRE(sent.has_value());
@@ -355,7 +367,7 @@ TEST_CASE("borrowed read: a loop destroyed with reads waiting frees everything",
     std::vector<tcp_pair> pairs;
     {
         loop l(small_pool());
-        pairs = run_with_watchdog(l, [](net::tcp_listener& listener) -> task<std::vector<tcp_pair>> {
+        pairs = run(l, [](net::tcp_listener& listener) -> task<std::vector<tcp_pair>> {
             std::vector<tcp_pair> pairs;
             for (int i = 0; i < 20; ++i) pairs.push_back(co_await connect_pair(listener));
             co_return pairs;

@@ -30,8 +30,8 @@ using spindle::broadcast_sender;
 using spindle::loop;
 using spindle::task;
 using spindle::with_timeout;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 
 namespace {
@@ -380,7 +380,7 @@ TEST_CASE("broadcast: a parked receive cancelled by stop_token, with_timeout or 
             auto r = co_await with_timeout(10ms, rx.receive());
             co_return r.error();
         };
-        CHECK(run_with_watchdog(l, body(rx)) == timed_out);
+        CHECK(run(l, body(rx)) == timed_out);
         REQUIRE(tx.send(1));
     }
     SECTION("join_handle::cancel") {
@@ -464,7 +464,7 @@ TEST_CASE("broadcast: one receive at a time per receiver", "[broadcast]") {
         }
         co_return false;
     };
-    CHECK(run_with_watchdog(l, second(rx)));
+    CHECK(run(l, second(rx)));
     REQUIRE(tx.send(4));
     settle(l);
     CHECK(first.seen == std::vector<long>{4});

@@ -113,7 +113,7 @@ TEST_CASE("spawn, task_group, with_timeout, when_all, race of tasks, generators:
     CAPTURE(name_of(f));
     if (f == form::temporary && !temporaries_ok) return skip_temporary_form();
     loop l;
-    const int sum = spindle::test::run_with_watchdog(l, [](form f) -> task<int> {
+    const int sum = spindle::test::run(l, [](form f) -> task<int> {
         int sum = 0;
         if (f == form::named) {
             auto body = [t = tracked{}]() -> task<int> { co_return t.value(); };

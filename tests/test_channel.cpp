@@ -31,10 +31,10 @@ using spindle::result;
 using spindle::task;
 using spindle::with_timeout;
 using spindle::test::counted;
-using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
-using spindle::test::settle;
 using spindle::test::error_of;
+using spindle::test::run;
+using spindle::test::run_until;
+using spindle::test::settle;
 
 namespace {
 
@@ -196,7 +196,7 @@ TEST_CASE("channel: a sender hands its value directly to a waiting receiver, by 
         auto r = co_await ch.receive();
         co_return r ? r->v : -2;
     };
-    CHECK(run_with_watchdog(l, round_trip(ch)) == 11);
+    CHECK(run(l, round_trip(ch)) == 11);
     CHECK(tracked::copies == 0);
 }
 
@@ -338,7 +338,7 @@ TEST_CASE("channel: everything sent before close is received", "[channel][close]
         co_await spindle::when_all(produce_then_close(s, 0, 1000), produce_then_close(s, 1000, 2000),
                                    produce_then_close(s, 2000, 3000), drain(s), drain(s));
     };
-    run_with_watchdog(l, body(s));
+    run(l, body(s));
     CHECK(s.send_errors == 0);
     CHECK(s.received == 3000);
     CHECK(s.sum == 2999L * 3000 / 2);
@@ -639,7 +639,7 @@ TEST_CASE("unbounded channel: sends never wait; 100,000 values come out in order
         }
         co_return in_order;
     };
-    CHECK(run_with_watchdog(l, body(ch)) == 100'000);
+    CHECK(run(l, body(ch)) == 100'000);
     CHECK(ch.empty());
     // A receiver waits on an empty unbounded channel, then gets a direct hand-off.
     outcome<std::string> o;
@@ -706,7 +706,7 @@ TEST_CASE("channel pipeline: 1,000,000 items, 4 producers, 4 consumers, capacity
         for (int i = 0; i < pipeline::consumers; ++i) all.push_back(pipeline_consumer(p, i));
         co_await spindle::when_all(std::move(all));
     };
-    run_with_watchdog(l, body(*p), 60s);
+    run(l, body(*p), 60s);
     constexpr std::uint64_t n = pipeline::items;
     CHECK(p->send_errors == 0);
     CHECK(p->count == n);
@@ -828,7 +828,7 @@ TEST_CASE("channel stress: 100,000 items with random cancels on both ends; cance
         s.chaos_done = true;
         co_await chaos;
     };
-    run_with_watchdog(l, body(*s), 60s);
+    run(l, body(*s), 60s);
     INFO("send cancels " << s->send_cancels << ", timeouts " << s->send_timeouts << "; receive cancels "
                          << s->receive_cancels << ", timeouts " << s->receive_timeouts);
     CHECK(s->received == channel_stress::items);
@@ -878,7 +878,7 @@ TEST_CASE("channel bridge: a std::thread posts 100,000 items and the close; the 
         for (std::uint64_t i = 0; i < n; ++i) ch.post_send(l, i);
         ch.post_close(l);
     });
-    run_with_watchdog(l, bridge_consumer(ch, st), 60s);
+    run(l, bridge_consumer(ch, st), 60s);
     CHECK(st.count == n);
     CHECK(st.sum == n * (n - 1) / 2);
     CHECK(st.out_of_order == 0);
@@ -908,8 +908,8 @@ TEST_CASE("channel bridge: two threads post 100,000 items each into a channel wi
     auto local_sender = l.spawn(local(ch));
     std::jthread a(feed, 0);
     std::jthread b(feed, 1);
-    run_with_watchdog(l, bridge_consumer(ch, st), 60s);
-    const std::uint64_t local_sent = run_with_watchdog(l, [](spindle::join_handle<std::uint64_t>& h) -> task<std::uint64_t> {
+    run(l, bridge_consumer(ch, st), 60s);
+    const std::uint64_t local_sent = run(l, [](spindle::join_handle<std::uint64_t>& h) -> task<std::uint64_t> {
         co_return co_await h;
     }(local_sender));
     CHECK(st.last[0] == static_cast<std::int64_t>(n - 1));

@@ -27,8 +27,8 @@ using spindle::loop;
 using spindle::result;
 using spindle::task;
 using spindle::test::counted;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 
 namespace {
@@ -80,11 +80,11 @@ TEST_CASE("kv_get gives the value, or the vendor's not-found as kv_errc::not_fou
     client.put("greeting", "hello", 5ms);
     client.put("now", "at once");
     loop l;
-    auto r = run_with_watchdog(l, fetch(client, "greeting"));
+    auto r = run(l, fetch(client, "greeting"));
     REQUIRE(r.has_value());
     CHECK(*r == "hello");
-    CHECK(*run_with_watchdog(l, fetch(client, "now")) == "at once");
-    auto missing = run_with_watchdog(l, fetch(client, "missing"));
+    CHECK(*run(l, fetch(client, "now")) == "at once");
+    auto missing = run(l, fetch(client, "missing"));
     CHECK(missing.error() == kv_errc::not_found);
     CHECK(missing.error().message() == "no such key");
     CHECK(client.pending() == 0);
@@ -95,7 +95,7 @@ TEST_CASE("with_timeout around a slow kv_get gives timed_out and withdraws the r
     client.put("slow", "too late", 10s);
     loop l;
     const auto start = std::chrono::steady_clock::now();
-    auto r = run_with_watchdog(l, [](vendor::kv_client& c) -> task<result<std::string>> {
+    auto r = run(l, [](vendor::kv_client& c) -> task<result<std::string>> {
         co_return co_await spindle::with_timeout(50ms, kv_get(c, "slow"));
     }(client));
     const auto took = std::chrono::steady_clock::now() - start;
@@ -109,7 +109,7 @@ TEST_CASE("with_timeout reaches a kv_get nested in awaited tasks", "[custom_awai
     vendor::kv_client client;
     client.put("slow", "too late", 10s);
     loop l;
-    auto r = run_with_watchdog(l, [](vendor::kv_client& c) -> task<result<std::string>> {
+    auto r = run(l, [](vendor::kv_client& c) -> task<result<std::string>> {
         co_return co_await spindle::with_timeout(30ms, [](vendor::kv_client& inner) -> task<result<std::string>> {
             co_return co_await fetch(inner, "slow");
         }(c));
@@ -126,13 +126,13 @@ TEST_CASE("a stop request cancels kv_get with operation_canceled", "[custom_awai
     SECTION("while parked") {
         std::stop_source source;
         auto stopper = l.spawn(stop_after(source, 20ms));
-        auto r = run_with_watchdog(l, fetch(client, "slow", source.get_token()));
+        auto r = run(l, fetch(client, "slow", source.get_token()));
         CHECK(r.error() == std::errc::operation_canceled);
     }
     SECTION("before the wait: it completes at once") {
         std::stop_source source;
         source.request_stop();
-        auto r = run_with_watchdog(l, fetch(client, "slow", source.get_token()));
+        auto r = run(l, fetch(client, "slow", source.get_token()));
         CHECK(r.error() == std::errc::operation_canceled);
         CHECK(client.answered() == 0);
     }

@@ -32,7 +32,7 @@ using spindle::loop;
 using spindle::task;
 using spindle::task_info;
 using spindle::test::pipe_pair;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 namespace testing = spindle::testing;
 
 namespace {
@@ -227,7 +227,7 @@ TEST_CASE("dump: parked_for grows with the time a task has been parked", "[dump]
 
     SECTION("real time: at least the time slept in between, loosely") {
         loop l;
-        auto r = run_with_watchdog(l, parked_times(p.r, 60ms));
+        auto r = run(l, parked_times(p.r, 60ms));
         REQUIRE(r.size() == 3);
         for (const auto& [what, _] : r) CHECK(what == "read on fd " + std::to_string(p.r));
         CHECK(r[0].second >= 0ns);
@@ -328,7 +328,7 @@ TEST_CASE("dump: seen from outside any task, nothing is running; the text counts
     CHECK(l.dump_tasks().rfind("1 task\n  task 1 'holder': waiting on event for ", 0) == 0);
     ev.set();
     CHECK(lines(l.tasks()) == std::vector<std::string>{"holder: ready"});
-    REQUIRE(run_with_watchdog(l, [](join_handle<void>& h) -> task<bool> {
+    REQUIRE(run(l, [](join_handle<void>& h) -> task<bool> {
         co_await h;
         co_return true;
     }(h)));

@@ -2,7 +2,7 @@
 // as its result, never as an exception out of co_await. And what a completed
 // operation handed over is released when its task will never see it.
 
-#include "fd_support.hpp"
+#include "net_support.hpp"
 #include "support.hpp"
 
 #include <spindle/spindle.hpp>
@@ -27,13 +27,12 @@ using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::result;
 using spindle::task;
-using spindle::test::fd_pair;
-using spindle::test::make_pipe;
-using spindle::test::make_socketpair;
-using spindle::test::regular_file;
-using spindle::test::tcp_listener;
-using spindle::test::run_with_watchdog;
 using spindle::test::error_of;
+using spindle::test::pipe_pair;
+using spindle::test::regular_file;
+using spindle::test::run;
+using spindle::test::socket_pair;
+using spindle::test::tcp_listener;
 
 namespace {
 
@@ -169,14 +168,15 @@ task<int> pass_no_default() {
 
 TEST_CASE("error channel: an operation on a closed descriptor completes with EBADF", "[io][errors]") {
     loop l;
-    fd_pair p = make_pipe();
-    ::close(p.a);
-    ::close(p.b);
-    outcome o = run_with_watchdog(l, read_from(p.a));
+    pipe_pair p;
+    const int closed = p.give_r();
+    ::close(closed);
+    ::close(p.give_w());
+    outcome o = run(l, read_from(closed));
     CHECK_FALSE(o.threw);
     CHECK_FALSE(o.has_value);
     CHECK(o.error == std::errc::bad_file_descriptor);
-    outcome n = run_with_watchdog(l, read_from(-1));
+    outcome n = run(l, read_from(-1));
     CHECK_FALSE(n.threw);
     CHECK(n.error == std::errc::bad_file_descriptor);
 }
@@ -186,7 +186,7 @@ TEST_CASE("error channel: a descriptor the backend refuses is an error result, n
     const int file = regular_file();
     // epoll refuses a regular file (EPERM) when the wait registers it; io_uring
     // and kqueue report such a file as always readable.
-    outcome o = run_with_watchdog(l, wait_readable_on(file));
+    outcome o = run(l, wait_readable_on(file));
     CHECK_FALSE(o.threw);
     CAPTURE(o.what);
     if (l.backend() == spindle::backend_kind::epoll) {
@@ -197,12 +197,10 @@ TEST_CASE("error channel: a descriptor the backend refuses is an error result, n
     }
     ::close(file);
     // The loop is intact: a real wait still works.
-    fd_pair p = make_socketpair();
+    socket_pair p;
     REQUIRE(::write(p.b, "x", 1) == 1);
-    outcome ok = run_with_watchdog(l, read_from(p.a));
+    outcome ok = run(l, read_from(p.a));
     CHECK(ok.has_value);
-    ::close(p.a);
-    ::close(p.b);
 }
 
 TEST_CASE("error channel: a request the ring cannot queue completes with its error", "[io][errors]") {
@@ -213,32 +211,31 @@ TEST_CASE("error channel: a request the ring cannot queue completes with its err
         SUCCEED("only io_uring queues requests; epoll and kqueue try the syscall first");
         return;
     }
-    fd_pair p = make_socketpair();
+    socket_pair p;
     // Nothing to read: the read must be queued, and queueing fails.
-    outcome r = run_with_watchdog(l, read_from(p.a));
+    outcome r = run(l, read_from(p.a));
     CHECK_FALSE(r.threw);
     CAPTURE(r.what);
     CHECK_FALSE(r.has_value);
     CHECK(r.error == std::errc::device_or_resource_busy);
     ::sockaddr_in addr{};
     const int lfd = tcp_listener(addr);
-    outcome a = run_with_watchdog(l, outcome_of([lfd] { return spindle::accept(lfd); }));
+    outcome a = run(l, outcome_of([lfd] { return spindle::accept(lfd); }));
     CHECK_FALSE(a.threw);
     CHECK(a.error == std::errc::device_or_resource_busy);
-    outcome w = run_with_watchdog(l, outcome_of([fd = p.a] { return spindle::wait_writable(fd); }));
+    outcome w = run(l, outcome_of([fd = p.a] { return spindle::wait_writable(fd); }));
     CHECK_FALSE(w.threw);
     CHECK(w.error == std::errc::device_or_resource_busy);
     // Time does not need the ring: a sleep still completes.
-    std::error_code slept = run_with_watchdog(l, []() -> task<std::error_code> { co_return error_of(co_await spindle::sleep_for(1ms)); }());
+    std::error_code slept =
+        run(l, []() -> task<std::error_code> { co_return error_of(co_await spindle::sleep_for(1ms)); }());
     CHECK_FALSE(slept);
     // A signal wait whose source cannot be watched reports that as its error too.
-    outcome sig = run_with_watchdog(l, outcome_of([] { return spindle::wait_signal(SIGUSR2); }));
+    outcome sig = run(l, outcome_of([] { return spindle::wait_signal(SIGUSR2); }));
     CHECK_FALSE(sig.threw);
     CAPTURE(sig.what);
     CHECK(sig.error == std::errc::device_or_resource_busy);
     ::close(lfd);
-    ::close(p.a);
-    ::close(p.b);
 }
 
 TEST_CASE("error channel: a completed accept whose task is aborted before it resumes closes the descriptor",
@@ -281,24 +278,22 @@ TEST_CASE("error channel: a completed accept whose loop is destroyed before it r
 TEST_CASE("error channel: descriptors received with SCM_RIGHTS by a task aborted before it resumes are closed",
           "[io][errors][lifetime]") {
     loop l;
-    fd_pair sp = make_socketpair();
-    spindle::unique_fd receiver(sp.a, &l);
+    socket_pair sp;
+    spindle::unique_fd receiver(sp.give_a(), &l);
     bool resumed = false;
     auto h = l.spawn(receive_fds(receiver.get(), resumed));
     for (int i = 0; i < 3; ++i) l.run_once(0ns);  // parked in recvmsg
-    fd_pair passed = make_pipe();
-    send_fd(sp.b, passed.b);
-    ::close(passed.b);  // the only write end left is the one in flight
+    pipe_pair passed;
+    send_fd(sp.b, passed.w);
+    ::close(passed.give_w());  // the only write end left is the one in flight
     REQUIRE(run_until_ready_not_resumed(l, h.id()));
     h.abort();
     CHECK_FALSE(resumed);
     // The received copy was closed too: the pipe's reader sees end of file.
-    ::pollfd p{passed.a, POLLIN, 0};
+    ::pollfd p{passed.r, POLLIN, 0};
     REQUIRE(::poll(&p, 1, 2000) == 1);
     char c;
-    CHECK(::read(passed.a, &c, 1) == 0);
-    ::close(passed.a);
-    ::close(sp.b);
+    CHECK(::read(passed.r, &c, 1) == 0);
 }
 
 TEST_CASE("result<T> and channel<T> work for a T without a default constructor", "[errors][channel]") {
@@ -315,7 +310,7 @@ TEST_CASE("result<T> and channel<T> work for a T without a default constructor",
     CHECK(moved.error() == std::errc::timed_out);
     CHECK_THROWS_AS(result<int>(std::error_code{}), std::logic_error);
     loop l;
-    CHECK(run_with_watchdog(l, pass_no_default()) == 42);
+    CHECK(run(l, pass_no_default()) == 42);
 }
 
 namespace {
@@ -344,7 +339,7 @@ void run_until_flag(loop& l, const bool& flag) {
 TEST_CASE("close_fd: a pending read completes with operation_canceled even if its data arrived first",
           "[io][errors][close]") {
     loop l;
-    fd_pair sp = make_socketpair();
+    socket_pair sp;
     std::error_code error;
     bool done = false;
     auto h = l.spawn(read_into_error(sp.a, error, done));
@@ -353,11 +348,10 @@ TEST_CASE("close_fd: a pending read completes with operation_canceled even if it
     REQUIRE(::write(sp.b, "x", 1) == 1);
     // Time for a completion-based backend to finish the read in the kernel.
     std::this_thread::sleep_for(10ms);
-    l.close_fd(sp.a);
+    l.close_fd(sp.give_a());
     run_until_flag(l, done);
     REQUIRE(done);
     CHECK(error == std::errc::operation_canceled);
-    ::close(sp.b);
 }
 
 TEST_CASE("close_fd: a pending accept completes with operation_canceled and its connection is closed",

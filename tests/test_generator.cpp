@@ -37,11 +37,11 @@ using spindle::next_result;
 using spindle::result;
 using spindle::task;
 using spindle::test::counted;
+using spindle::test::error_of;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 using spindle::test::socket_pair;
-using spindle::test::error_of;
 
 namespace {
 
@@ -153,7 +153,7 @@ async_generator<char> bytes_from(int fd, std::error_code& last, int& reads) {
 TEST_CASE("generator: values in order, with sleeps, a channel, awaited tasks and another generator between them",
           "[generator]") {
     loop l;
-    auto values = run_with_watchdog(l, []() -> task<std::vector<int>> {
+    auto values = run(l, []() -> task<std::vector<int>> {
         auto gen = sleepy(5);
         co_return co_await collect(gen);
     }());
@@ -161,19 +161,19 @@ TEST_CASE("generator: values in order, with sleeps, a channel, awaited tasks and
 
     spindle::channel<int> ch(1);
     l.spawn(feed(ch, 4)).detach();
-    auto fed = run_with_watchdog(l, [](spindle::channel<int>& c) -> task<std::vector<int>> {
+    auto fed = run(l, [](spindle::channel<int>& c) -> task<std::vector<int>> {
         auto gen = from_channel(c);
         co_return co_await collect(gen);
     }(ch));
     CHECK(fed == std::vector<int>{100, 101, 102, 103});
 
-    auto doubled = run_with_watchdog(l, []() -> task<std::vector<int>> {
+    auto doubled = run(l, []() -> task<std::vector<int>> {
         auto gen = through_tasks(4);
         co_return co_await collect(gen);
     }());
     CHECK(doubled == std::vector<int>{0, 2, 4, 6});
 
-    auto nested = run_with_watchdog(l, []() -> task<std::vector<int>> {
+    auto nested = run(l, []() -> task<std::vector<int>> {
         auto inner = sleepy(3);
         auto outer = plus_one(inner);
         co_return co_await collect(outer);
@@ -191,7 +191,7 @@ TEST_CASE("generator: lazy; the producer runs inside the consumer's task; after 
         int ends_seen = 0;
         bool done_at_end = false;
     } s;
-    run_with_watchdog(l, [](state& st) -> task<void> {
+    run(l, [](state& st) -> task<void> {
         auto make = [](state& in) -> async_generator<int> {
             ++in.started;
             (void)co_await spindle::sleep_for(1ms);
@@ -220,7 +220,7 @@ TEST_CASE("generator: lazy; the producer runs inside the consumer's task; after 
     CHECK(s.done_at_end);
 
     // An empty generator: the end at once.
-    bool empty_end = run_with_watchdog(l, []() -> task<bool> {
+    bool empty_end = run(l, []() -> task<bool> {
         async_generator<int> none;
         auto r = co_await none.next();
         co_return !r && none.done() && !none.valid();
@@ -236,7 +236,7 @@ TEST_CASE("generator: a yielded lvalue is the producer's object, valid until the
         std::string producer_saw;
         int producer_value_after = 0;
     } s;
-    run_with_watchdog(l, [](state& st) -> task<void> {
+    run(l, [](state& st) -> task<void> {
         const std::string* where = nullptr;
         auto strings = [](const std::string*& at) -> async_generator<std::string> {
             std::string text = "first value, long enough not to fit a small-string buffer";
@@ -280,7 +280,7 @@ TEST_CASE("generator: rvalues and converted values live in the producer's frame,
     loop l;
     std::vector<int> got;
     std::vector<int> alive_at;
-    run_with_watchdog(l, [](std::vector<int>& out, std::vector<int>& alive) -> task<void> {
+    run(l, [](std::vector<int>& out, std::vector<int>& alive) -> task<void> {
         auto gen = []() -> async_generator<tracked> {
             co_yield tracked(1);  // a temporary of the co_yield expression
             {
@@ -305,7 +305,7 @@ TEST_CASE("generator: rvalues and converted values live in the producer's frame,
 TEST_CASE("generator: move-only values are moved out by the consumer", "[generator]") {
     loop l;
     std::vector<int> got;
-    run_with_watchdog(l, [](std::vector<int>& out) -> task<void> {
+    run(l, [](std::vector<int>& out) -> task<void> {
         auto gen = []() -> async_generator<std::unique_ptr<int>> {
             for (int i = 0; i < 3; ++i) {
                 (void)co_await spindle::sleep_for(1ms);
@@ -327,7 +327,7 @@ TEST_CASE("generator: move-only values are moved out by the consumer", "[generat
 TEST_CASE("generator: destroyed early, the producer's frame and its locals go", "[generator]") {
     counted::alive = 0;
     loop l;
-    run_with_watchdog(l, []() -> task<void> {
+    run(l, []() -> task<void> {
         auto make = [](const counted& param) -> async_generator<int> {
             counted copy = param;
             counted local;
@@ -375,7 +375,7 @@ TEST_CASE("generator: the producer's exception is rethrown from next(), then nex
         bool end_after = false;
         bool done = false;
     } o;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
+    run(l, [](outcome& out) -> task<void> {
         auto gen = []() -> async_generator<int> {
             counted local;
             co_yield 1;
@@ -399,7 +399,7 @@ TEST_CASE("generator: the producer's exception is rethrown from next(), then nex
     CHECK(counted::alive == 0);
 
     // Thrown before the first yield.
-    bool thrown = run_with_watchdog(l, []() -> task<bool> {
+    bool thrown = run(l, []() -> task<bool> {
         auto gen = []() -> async_generator<int> {
             throw std::logic_error("at once");
             co_return;
@@ -468,7 +468,7 @@ TEST_CASE("generator: next(token) stopped before the call does not resume the pr
         bool cancelled = false;
         bool later_value = false;
     } o;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
+    run(l, [](outcome& out) -> task<void> {
         auto gen = [](int& steps) -> async_generator<int> {
             for (int i = 0;; ++i) {
                 ++steps;
@@ -540,7 +540,7 @@ TEST_CASE("generator: with_timeout around next() reaches the producer's read; ti
         bool value_in_time = false;
         bool end_after = false;
     } o;
-    run_with_watchdog(l, [](int fd, int writer, outcome& out) -> task<void> {
+    run(l, [](int fd, int writer, outcome& out) -> task<void> {
         auto gen = bytes_from(fd, out.last, out.reads);
         // A byte arrives in time: the value, no timeout.
         REQUIRE(::write(writer, "x", 1) == 1);
@@ -559,7 +559,7 @@ TEST_CASE("generator: with_timeout around next() reaches the producer's read; ti
     CHECK(counted::alive == 0);
 
     // A deadline on a next(token): the same.
-    std::error_code both = run_with_watchdog(l, [](int fd) -> task<std::error_code> {
+    std::error_code both = run(l, [](int fd) -> task<std::error_code> {
         std::error_code last;
         int reads = 0;
         auto gen = bytes_from(fd, last, reads);
@@ -651,7 +651,7 @@ TEST_CASE("generator: next() while another next() of the same generator is pendi
         ok = v && *v == 1;
     }(gen, first_value));
     settle(l);
-    bool threw = run_with_watchdog(l, [](async_generator<int>& g) -> task<bool> {
+    bool threw = run(l, [](async_generator<int>& g) -> task<bool> {
         try {
             (void)co_await g.next();
         } catch (const std::logic_error&) {
@@ -673,25 +673,28 @@ TEST_CASE("generator: ten million values cost no allocation each", "[generator][
         std::size_t allocations = 0;
     } o;
     constexpr int n = 10'000'000;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
-        auto gen = counting(n);
-        auto first = co_await gen.next();  // the frame is allocated by now
-        REQUIRE(first);
-        out.sum += *first;
-        ++out.count;
-#if SPINDLE_FRAME_POOL
-        spindle::test::t_allocations = 0;
-        spindle::test::t_counting = true;
-#endif
-        while (auto v = co_await gen.next()) {
-            out.sum += *v;
+    run(
+        l,
+        [](outcome& out) -> task<void> {
+            auto gen = counting(n);
+            auto first = co_await gen.next();  // the frame is allocated by now
+            REQUIRE(first);
+            out.sum += *first;
             ++out.count;
-        }
 #if SPINDLE_FRAME_POOL
-        spindle::test::t_counting = false;
-        out.allocations = spindle::test::t_allocations;
+            spindle::test::t_allocations = 0;
+            spindle::test::t_counting = true;
 #endif
-    }(o), std::chrono::seconds(120));
+            while (auto v = co_await gen.next()) {
+                out.sum += *v;
+                ++out.count;
+            }
+#if SPINDLE_FRAME_POOL
+            spindle::test::t_counting = false;
+            out.allocations = spindle::test::t_allocations;
+#endif
+        }(o),
+        std::chrono::seconds(120));
     CHECK(o.count == n);
     CHECK(o.sum == std::int64_t{n} * (n - 1) / 2);
 #if SPINDLE_FRAME_POOL

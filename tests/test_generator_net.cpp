@@ -31,8 +31,8 @@ using spindle::result;
 using spindle::task;
 using spindle::test::bytes_of;
 using spindle::test::counted;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 
 namespace {
@@ -133,7 +133,7 @@ TEST_CASE("generator_net: with_timeout around connections().next() is timed_out,
         std::error_code error;
         bool done = false;
     } o;
-    run_with_watchdog(l, [](net::tcp_listener& lst, outcome& out) -> task<void> {
+    run(l, [](net::tcp_listener& lst, outcome& out) -> task<void> {
         auto incoming = net::connections(lst);
         auto r = co_await spindle::with_timeout(20ms, incoming.next());  // nobody connects
         if (!r) out.error = r.error();
@@ -151,7 +151,7 @@ TEMPLATE_TEST_CASE("generator_net: lines() yields every line in order; the tail 
         std::string tail;
         bool clean_end = false;
     } o;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
+    run(l, [](outcome& out) -> task<void> {
         auto [writer, reading] = co_await TestType::make();
         // Two writes, a line split across them, and a tail without delimiter.
         result<void> w = co_await net::write_all(writer, std::string_view("one\ntwo\r\nthr"));
@@ -189,7 +189,7 @@ TEST_CASE("generator_net: lines() yields line_too_long once, then ends; the byte
         bool end_after = false;
         std::size_t buffered = 0;
     } o;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
+    run(l, [](outcome& out) -> task<void> {
         auto [writer, reading] = co_await spindle::test::tcp_kind::make();
         result<void> w = co_await net::write_all(writer, std::string_view("a\r\nbbbbbbbbbbbbbbbb\r\n"));
         REQUIRE(w.has_value());
@@ -288,7 +288,7 @@ TEST_CASE("generator_net: lines() with its token stopped ends at a buffered line
         std::string buffered;
         std::vector<std::string> again;
     } o;
-    run_with_watchdog(l, [](outcome& out) -> task<void> {
+    run(l, [](outcome& out) -> task<void> {
         auto [writer, reading] = co_await spindle::test::memory_kind::make();
         result<void> w = co_await net::write_all(writer, std::string_view("1\n2\n3\n"));
         REQUIRE(w.has_value());

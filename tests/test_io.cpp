@@ -2,7 +2,7 @@
 // (spindle/watcher.hpp), on the epoll backend: pipes, socketpairs and TCP on
 // loopback only.
 
-#include "fd_support.hpp"
+#include "net_support.hpp"
 #include "support.hpp"
 
 #include <arpa/inet.h>
@@ -33,12 +33,13 @@
 using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::task;
-using spindle::test::fd_pair;
-using spindle::test::make_pipe;
-using spindle::test::make_socketpair;
+using spindle::test::bytes_of;
+using spindle::test::pipe_pair;
 using spindle::test::regular_file;
+using spindle::test::run;
+using spindle::test::socket_pair;
 using spindle::test::tcp_listener;
-using spindle::test::run_with_watchdog;
+using spindle::test::text_of;
 
 namespace {
 
@@ -48,16 +49,9 @@ namespace {
 struct owned_pair {
     spindle::unique_fd a;
     spindle::unique_fd b;
-    owned_pair(loop& l, fd_pair p) : a(p.a, &l), b(p.b, &l) {}
+    owned_pair(loop& l, pipe_pair&& p) : a(p.give_r(), &l), b(p.give_w(), &l) {}
+    owned_pair(loop& l, socket_pair&& p) : a(p.give_a(), &l), b(p.give_b(), &l) {}
 };
-
-std::span<const std::byte> bytes_of(std::string_view s) noexcept {
-    return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
-
-std::string text_of(std::span<const std::byte> b) {
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
 
 bool is_fd_open(int fd) { return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
 
@@ -953,10 +947,8 @@ TEST_CASE("io: a parked read gets bytes written later, then end of file", "[io]"
         CAPTURE(socket);
         round_trip_state s;
         loop l;
-        fd_pair p = socket ? make_socketpair() : make_pipe();
-        spindle::unique_fd r(p.a, &l);
-        spindle::unique_fd w(p.b, &l);
-        run_with_watchdog(l, round_trip_main(r.get(), std::move(w), s));
+        owned_pair p = socket ? owned_pair(l, socket_pair{}) : owned_pair(l, pipe_pair{});
+        run(l, round_trip_main(p.a.get(), std::move(p.b), s));
         CHECK(s.reader_waiting);
         CHECK_FALSE(s.read_done_before_write);  // it really parked
         CHECK(s.got == "hello spindle");
@@ -967,8 +959,8 @@ TEST_CASE("io: a parked read gets bytes written later, then end of file", "[io]"
 TEST_CASE("io: a readiness backend tries the syscall before parking", "[io]") {
     sync_state s;
     loop l;
-    owned_pair p(l, make_pipe());
-    run_with_watchdog(l, sync_main(p.a.get(), p.b.get(), s));
+    owned_pair p(l, pipe_pair{});
+    run(l, sync_main(p.a.get(), p.b.get(), s));
     CHECK(s.got == "abc");
     CHECK(s.moved_on_parked_read > 0);  // the method does see a suspension
     if (l.backend() == spindle::backend_kind::io_uring) {
@@ -985,8 +977,8 @@ TEST_CASE("io: a readiness backend tries the syscall before parking", "[io]") {
 TEST_CASE("io: readv and writev on a socketpair", "[io]") {
     vec_state s;
     loop l;
-    owned_pair p(l, make_socketpair());
-    run_with_watchdog(l, vec_main(p.a.get(), p.b.get(), s));
+    owned_pair p(l, socket_pair{});
+    run(l, vec_main(p.a.get(), p.b.get(), s));
     CHECK_FALSE(s.read_done_before_write);
     CHECK(s.read_bytes == 10u);
     CHECK(std::string(s.first.data(), s.first.size()) == "abcd");
@@ -996,8 +988,8 @@ TEST_CASE("io: readv and writev on a socketpair", "[io]") {
 TEST_CASE("io: recv and send pass their flags", "[io]") {
     std::string peeked, got, back;
     loop l;
-    owned_pair p(l, make_socketpair());
-    run_with_watchdog(l, send_recv_main(p.a.get(), p.b.get(), peeked, got, back));
+    owned_pair p(l, socket_pair{});
+    run(l, send_recv_main(p.a.get(), p.b.get(), peeked, got, back));
     CHECK(peeked == "ping");
     CHECK(got == "ping");
     CHECK(back == "pong");
@@ -1006,23 +998,21 @@ TEST_CASE("io: recv and send pass their flags", "[io]") {
 TEST_CASE("io: sendmsg and recvmsg carry iovecs and a descriptor", "[io]") {
     msg_state s;
     loop l;
-    owned_pair p(l, make_socketpair());
-    fd_pair passed = make_pipe();
-    run_with_watchdog(l, msg_main(p.a.get(), p.b.get(), passed.b, s));
+    owned_pair p(l, socket_pair{});
+    pipe_pair passed;
+    run(l, msg_main(p.a.get(), p.b.get(), passed.w, s));
     CHECK(s.bytes == 12u);
     CHECK(s.header == "HEAD:");
     CHECK(s.body == "payload");
     REQUIRE(s.received_fd >= 0);
-    CHECK(s.received_fd != passed.b);
+    CHECK(s.received_fd != passed.w);
     CHECK((::fcntl(s.received_fd, F_GETFD) & FD_CLOEXEC) != 0);  // MSG_CMSG_CLOEXEC reached recvmsg
     // The received descriptor is the pipe's write end.
     REQUIRE(::write(s.received_fd, "fd!", 3) == 3);
     std::array<char, 8> buf{};
-    REQUIRE(::read(passed.a, buf.data(), buf.size()) == 3);
+    REQUIRE(::read(passed.r, buf.data(), buf.size()) == 3);
     CHECK(std::string(buf.data(), 3) == "fd!");
     ::close(s.received_fd);  // never seen by the loop
-    ::close(passed.a);
-    ::close(passed.b);
 }
 
 TEST_CASE("io: send to a closed peer is EPIPE, without SIGPIPE", "[io]") {
@@ -1031,10 +1021,10 @@ TEST_CASE("io: send to a closed peer is EPIPE, without SIGPIPE", "[io]") {
     signal_disposition dfl(SIGPIPE, SIG_DFL);
     pipe_errors e;
     loop l;
-    fd_pair sp = make_socketpair();
-    spindle::unique_fd a(sp.a, &l);
-    ::close(sp.b);
-    run_with_watchdog(l, epipe_main(a.get(), -1, e));
+    socket_pair sp;
+    spindle::unique_fd a(sp.give_a(), &l);
+    ::close(sp.give_b());
+    run(l, epipe_main(a.get(), -1, e));
     CHECK_FALSE(e.send_has_value);
     CHECK(e.send_error == std::errc::broken_pipe);
     CHECK(e.sendmsg_error == std::errc::broken_pipe);
@@ -1046,13 +1036,13 @@ TEST_CASE("io: write to a pipe without reader is EPIPE (SIGPIPE ignored)", "[io]
     signal_disposition ign(SIGPIPE, SIG_IGN);
     pipe_errors e;
     loop l;
-    fd_pair sp = make_socketpair();
-    spindle::unique_fd a(sp.a, &l);
-    ::close(sp.b);
-    fd_pair pp = make_pipe();
-    ::close(pp.a);
-    spindle::unique_fd w(pp.b, &l);
-    run_with_watchdog(l, epipe_main(a.get(), w.get(), e));
+    socket_pair sp;
+    spindle::unique_fd a(sp.give_a(), &l);
+    ::close(sp.give_b());
+    pipe_pair pp;
+    ::close(pp.give_r());
+    spindle::unique_fd w(pp.give_w(), &l);
+    run(l, epipe_main(a.get(), w.get(), e));
     CHECK(e.write_error == std::errc::broken_pipe);
 }
 
@@ -1061,7 +1051,7 @@ TEST_CASE("io: recv after the peer reset the connection is ECONNRESET", "[io]") 
     loop l;
     ::sockaddr_in addr{};
     spindle::unique_fd lfd(tcp_listener(addr), &l);
-    run_with_watchdog(l, reset_main(lfd.get(), addr, s));
+    run(l, reset_main(lfd.get(), addr, s));
     CHECK_FALSE(s.recv_done_before_reset);  // recv was parked when the RST came
     CHECK_FALSE(s.has_value);
     CHECK(s.error == std::errc::connection_reset);
@@ -1071,7 +1061,7 @@ TEST_CASE("io: TCP accept and connect on loopback", "[io]") {
     tcp_state s;
     loop l;
     spindle::unique_fd lfd(tcp_listener(s.listen_addr), &l);
-    run_with_watchdog(l, tcp_main(lfd.get(), s));
+    run(l, tcp_main(lfd.get(), s));
     CHECK_FALSE(s.accept_done_before_connect);  // accept parked first
     CHECK(s.server_got == "hello");
     CHECK(s.client_got == "world");
@@ -1096,7 +1086,7 @@ TEST_CASE("io: connect to a closed port is ECONNREFUSED, never EPIPE", "[io]") {
     }
     std::vector<std::error_code> errors;
     loop l;
-    run_with_watchdog(l, refused_main(addr, 10, errors));
+    run(l, refused_main(addr, 10, errors));
     REQUIRE(errors.size() == 10u);
     for (const auto& ec : errors) {
         CAPTURE(ec.message());
@@ -1111,7 +1101,7 @@ TEST_CASE("io: 200 concurrent TCP clients echo 64 KiB each", "[io][tcp]") {
     loop l;
     ::sockaddr_in addr{};
     spindle::unique_fd lfd(tcp_listener(addr), &l);
-    run_with_watchdog(l, many_main(lfd.get(), addr, clients, st), std::chrono::seconds(40));
+    run(l, many_main(lfd.get(), addr, clients, st), std::chrono::seconds(40));
     CHECK(st.errors == 0);
     CHECK(st.accepted == clients);
     CHECK(st.clients_ok == clients);
@@ -1121,9 +1111,9 @@ TEST_CASE("io: 200 concurrent TCP clients echo 64 KiB each", "[io][tcp]") {
 TEST_CASE("io: one-shot wait_readable and wait_writable on a pipe", "[io]") {
     ready_state s;
     loop l;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     REQUIRE(::fcntl(p.b.get(), F_SETPIPE_SZ, 4096) >= 0);  // quick to fill
-    run_with_watchdog(l, readiness_main(p.a.get(), p.b.get(), s));
+    run(l, readiness_main(p.a.get(), p.b.get(), s));
     CHECK_FALSE(s.readable_done_before_write);
     CHECK((s.readable_result & spindle::readable) != 0);
     CHECK((s.ready_at_once_result & spindle::readable) != 0);
@@ -1136,10 +1126,10 @@ TEST_CASE("io: a persistent watcher calls back on every readiness edge", "[io][w
     watch_ctx ctx;
     std::vector<int> seen;
     loop l;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     ctx.fd = p.a.get();
     spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx);
-    run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, true, seen));
+    run(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, true, seen));
     CHECK(seen == std::vector<int>{1, 2, 3});
     CHECK(ctx.drained == 3u);
     CHECK(w.active());
@@ -1152,11 +1142,11 @@ TEST_CASE("io: a one-shot watcher calls back once", "[io][watcher]") {
     watch_ctx ctx;
     std::vector<int> seen;
     loop l;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     ctx.fd = p.a.get();
     spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
     CHECK(w.active());
-    run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
+    run(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
     CHECK(seen == std::vector<int>{1, 1, 1});
     CHECK_FALSE(w.active());
     CHECK_FALSE(l.has_work());  // a fired one-shot watcher does not keep the loop alive
@@ -1165,7 +1155,7 @@ TEST_CASE("io: a one-shot watcher calls back once", "[io][watcher]") {
 TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][watcher]") {
     std::vector<int> seen;
     loop l;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     watch_ctx ctx;
     ctx.fd = p.a.get();
 
@@ -1173,7 +1163,7 @@ TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][wa
         spindle::watcher w(l, p.a.get(), spindle::readable, &on_watch, &ctx);
         ctx.self = &w;
         ctx.stop_self = true;
-        run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
+        run(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
         CHECK(seen == std::vector<int>{1, 1, 1});
         CHECK_FALSE(w.active());
         CHECK_FALSE(l.has_work());
@@ -1183,7 +1173,7 @@ TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][wa
     SECTION("destroy") {
         auto w = std::make_unique<spindle::watcher>(l, p.a.get(), spindle::readable, &on_watch, &ctx);
         ctx.owner = &w;
-        run_with_watchdog(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
+        run(l, watcher_rounds(p.a.get(), p.b.get(), ctx.calls, 3, false, seen));
         CHECK(seen == std::vector<int>{1, 1, 1});
         CHECK(w.get() == nullptr);
         CHECK_FALSE(l.has_work());
@@ -1192,8 +1182,8 @@ TEST_CASE("io: a watcher stops or destroys itself inside its callback", "[io][wa
 
 TEST_CASE("io: a callback stops another watcher that fired in the same poll", "[io][watcher]") {
     loop l;
-    owned_pair p1(l, make_pipe());
-    owned_pair p2(l, make_pipe());
+    owned_pair p1(l, pipe_pair{});
+    owned_pair p2(l, pipe_pair{});
     int calls = 0;
     watch_ctx c1, c2;
     c1.fd = p1.a.get();
@@ -1202,7 +1192,7 @@ TEST_CASE("io: a callback stops another watcher that fired in the same poll", "[
     spindle::watcher w2(l, p2.a.get(), spindle::readable, &on_watch, &c2);
     c1.other = &w2;
     c2.other = &w1;
-    run_with_watchdog(l, two_watchers_round(p1.b.get(), p2.b.get(), c1, c2, calls));
+    run(l, two_watchers_round(p1.b.get(), p2.b.get(), c1, c2, calls));
     CHECK(calls == 1);
     CHECK(c1.calls + c2.calls == 1);
     CHECK(w1.active() != w2.active());  // the one that ran is still armed
@@ -1210,7 +1200,7 @@ TEST_CASE("io: a callback stops another watcher that fired in the same poll", "[
 
 TEST_CASE("io: a watcher for readable|writable calls back on writability", "[io][watcher]") {
     loop l;
-    owned_pair p(l, make_socketpair());
+    owned_pair p(l, socket_pair{});
     watch_ctx ctx;
     ctx.fd = p.a.get();
     ctx.drain = false;
@@ -1218,7 +1208,7 @@ TEST_CASE("io: a watcher for readable|writable calls back on writability", "[io]
 
     SECTION("one-shot, on a socket that is writable from the start") {
         spindle::watcher w(l, p.a.get(), both, &on_watch, &ctx, spindle::watcher::mode::one_shot);
-        run_with_watchdog(l, await_calls(ctx.calls, 1));
+        run(l, await_calls(ctx.calls, 1));
         CHECK(ctx.calls == 1);
     }
     SECTION("persistent, on a socket that turns writable") {
@@ -1227,27 +1217,28 @@ TEST_CASE("io: a watcher for readable|writable calls back on writability", "[io]
         REQUIRE(fill_socket(p.a.get()) > 0u);
         int calls_before_drain = -1;
         spindle::watcher w(l, p.a.get(), both, &on_watch, &ctx);
-        run_with_watchdog(l, drain_later(p.b.get(), ctx.calls, calls_before_drain));
+        run(l, drain_later(p.b.get(), ctx.calls, calls_before_drain));
         CHECK(calls_before_drain == 0);  // neither readable nor writable yet
         CHECK(ctx.calls >= 1);           // the peer drained it: writable
     }
     SECTION("control: writable alone") {
         spindle::watcher w(l, p.a.get(), spindle::writable, &on_watch, &ctx, spindle::watcher::mode::one_shot);
-        run_with_watchdog(l, await_calls(ctx.calls, 1));
+        run(l, await_calls(ctx.calls, 1));
         CHECK(ctx.calls == 1);
     }
 }
 
 TEST_CASE("io: closing a watched descriptor through the loop ends the watch", "[io][watcher]") {
     loop l;
-    fd_pair p = make_pipe();
-    spindle::unique_fd wend(p.b, &l);
+    pipe_pair p;
+    spindle::unique_fd wend(p.give_w(), &l);
+    const int watched = p.give_r();  // closed through the loop by close_watched
     watch_ctx ctx;
-    ctx.fd = p.a;
+    ctx.fd = watched;
     ctx.drain = false;
     bool had_work_before = false;
-    spindle::watcher w(l, p.a, spindle::readable, &on_watch, &ctx);
-    run_with_watchdog(l, close_watched(l, p.a, had_work_before));
+    spindle::watcher w(l, watched, spindle::readable, &on_watch, &ctx);
+    run(l, close_watched(l, watched, had_work_before));
     CHECK(had_work_before);  // the persistent watcher kept the loop alive
     // Its operation was completed (operation_canceled) and the fd is gone: the
     // watcher watches nothing any more, so it must not keep run() going.
@@ -1258,8 +1249,8 @@ TEST_CASE("io: closing a watched descriptor through the loop ends the watch", "[
 TEST_CASE("io: a stop_token cancels a parked read", "[io][cancel]") {
     cancel_state s, pre;
     loop l;
-    owned_pair p(l, make_pipe());
-    run_with_watchdog(l, stop_token_main(p.a.get(), s, pre));
+    owned_pair p(l, pipe_pair{});
+    run(l, stop_token_main(p.a.get(), s, pre));
     CHECK(s.parked);
     CHECK_FALSE(s.done_before_cancel);
     CHECK_FALSE(s.has_value);
@@ -1277,33 +1268,34 @@ TEST_CASE("io: closing a descriptor through the loop cancels its pending read", 
     cancel_state s;
     std::string got;
     loop l;
-    fd_pair p = make_pipe();
-    spindle::unique_fd w(p.b, &l);
-    run_with_watchdog(l, close_fd_main(p.a, s));
+    pipe_pair p;
+    spindle::unique_fd w(p.give_w(), &l);
+    const int number = p.give_r();  // closed through the loop by close_fd_main
+    run(l, close_fd_main(number, s));
     CHECK_FALSE(s.done_before_cancel);
     CHECK_FALSE(s.has_value);
     CHECK(s.error == std::errc::operation_canceled);
     CHECK(s.closed_after);
 
     // The number comes back for another pipe: the loop must serve it afresh.
-    fd_pair q = make_pipe();
-    if (q.a != p.a) {
-        REQUIRE(::dup3(q.a, p.a, O_CLOEXEC) == p.a);
-        ::close(q.a);
+    pipe_pair q;
+    if (const int fresh = q.give_r(); fresh != number) {
+        REQUIRE(::dup3(fresh, number, O_CLOEXEC) == number);
+        ::close(fresh);
     }
-    spindle::unique_fd r2(p.a, &l);
-    spindle::unique_fd w2(q.b, &l);
-    run_with_watchdog(l, reuse_main(r2.get(), w2.get(), got));
+    spindle::unique_fd r2(number, &l);
+    spindle::unique_fd w2(q.give_w(), &l);
+    run(l, reuse_main(r2.get(), w2.get(), got));
     CHECK(got == "again");
 }
 
 TEST_CASE("io: resetting a unique_fd cancels its pending read", "[io][cancel]") {
     cancel_state s;
     loop l;
-    fd_pair p = make_pipe();
-    spindle::unique_fd r(p.a, &l);
-    spindle::unique_fd w(p.b, &l);
-    run_with_watchdog(l, unique_fd_main(r, s));
+    pipe_pair p;
+    spindle::unique_fd r(p.give_r(), &l);
+    spindle::unique_fd w(p.give_w(), &l);
+    run(l, unique_fd_main(r, s));
     CHECK_FALSE(r);
     CHECK_FALSE(s.done_before_cancel);
     CHECK_FALSE(s.has_value);
@@ -1314,8 +1306,8 @@ TEST_CASE("io: resetting a unique_fd cancels its pending read", "[io][cancel]") 
 TEST_CASE("io: aborting a task parked on a read withdraws the read", "[io][cancel]") {
     abort_state s;
     loop l;
-    owned_pair p(l, make_pipe());
-    run_with_watchdog(l, abort_main(p.a.get(), p.b.get(), s));
+    owned_pair p(l, pipe_pair{});
+    run(l, abort_main(p.a.get(), p.b.get(), s));
     CHECK(s.alive_parked == 1);
     CHECK(s.alive_after_abort == 0);  // the frame and its locals are gone
     CHECK(s.done_after_abort);
@@ -1329,12 +1321,12 @@ TEST_CASE("io: aborting a task parked on a read withdraws the read", "[io][cance
 TEST_CASE("io: 64 MiB through a socketpair, partial writes handled", "[io][bulk]") {
     bulk_state s;
     loop l;
-    fd_pair p = make_socketpair();
+    socket_pair p;
     int small = 64 * 1024;
     REQUIRE(::setsockopt(p.a, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
-    spindle::unique_fd w(p.a, &l);
-    spindle::unique_fd r(p.b, &l);
-    run_with_watchdog(l, bulk_main(std::move(w), r.get(), s), std::chrono::seconds(40));
+    spindle::unique_fd w(p.give_a(), &l);
+    spindle::unique_fd r(p.give_b(), &l);
+    run(l, bulk_main(std::move(w), r.get(), s), std::chrono::seconds(40));
     CHECK(s.sent_bytes == bulk_total);
     CHECK(s.received_bytes == bulk_total);
     CHECK(s.received.h == s.sent.h);
@@ -1377,7 +1369,7 @@ TEST_CASE("io: a watcher constructor that throws leaves the loop without work", 
         CHECK(run_returns_by_itself(l, 2s));
 
         // The loop's watcher bookkeeping is intact: a real watcher still works.
-        owned_pair p(l, make_pipe());
+        owned_pair p(l, pipe_pair{});
         watch_ctx ok;
         ok.fd = p.a.get();
         {
@@ -1394,14 +1386,15 @@ TEST_CASE("io: a watcher constructor that throws leaves the loop without work", 
 }
 
 TEST_CASE("io: two watchers on one socket fire in the same poll and the first closes it through the loop", "[io][watcher]") {
-    const fd_pair sp = make_socketpair();
+    socket_pair sp;
+    const int watched = sp.give_a();  // closed through the loop by the first watcher
     {
         loop l;
-        closing_fd target{&l, sp.a};
+        closing_fd target{&l, watched};
         closing_ctx cw{&target}, cr{&target};
-        REQUIRE(::write(sp.b, "x", 1) == 1);  // sp.a is readable and writable
-        spindle::watcher ww(l, sp.a, spindle::writable, &close_on_call, &cw);
-        spindle::watcher wr(l, sp.a, spindle::readable, &close_on_call, &cr);
+        REQUIRE(::write(sp.b, "x", 1) == 1);  // `watched` is readable and writable
+        spindle::watcher ww(l, watched, spindle::writable, &close_on_call, &cw);
+        spindle::watcher wr(l, watched, spindle::readable, &close_on_call, &cr);
         l.run_once(10ms);
         CHECK(target.closed);
         // Both were collected by that one poll (a callback for the cancellation may follow).
@@ -1415,17 +1408,16 @@ TEST_CASE("io: two watchers on one socket fire in the same poll and the first cl
         CHECK(run_returns_by_itself(l, 2s));
         CHECK(cw.calls + cr.calls == calls);  // nothing more after the close
     }
-    ::close(sp.b);
 }
 
 TEST_CASE("io: a watcher deferred because its descriptor was ready and then close_fd: a reused number does not reach it", "[io][watcher]") {
     loop l;
-    fd_pair old = make_socketpair();
+    socket_pair old;
     // Register the descriptor with the loop: a watcher created afterwards on a
     // ready descriptor finds no edge to come and is completed from the next poll.
     REQUIRE(::write(old.b, "x", 1) == 1);
     int ready = 0;
-    run_with_watchdog(l, readable_waiter(old.a, ready));
+    run(l, readable_waiter(old.a, ready));
     REQUIRE((ready & spindle::readable) != 0);
     watch_ctx ctx;
     ctx.drain = false;
@@ -1434,16 +1426,16 @@ TEST_CASE("io: a watcher deferred because its descriptor was ready and then clos
         spindle::watcher w(l, old.a, spindle::readable, &on_watch, &ctx);
         REQUIRE(ctx.calls == 0);  // deferred, not called back from the constructor
         const int number = old.a;
-        l.close_fd(old.a);
-        ::close(old.b);
+        l.close_fd(old.give_a());
+        ::close(old.give_b());
         // A new socket under the same number.
-        fd_pair fresh = make_socketpair();
+        socket_pair fresh;
         if (fresh.a != number) {
             REQUIRE(::dup3(fresh.a, number, O_CLOEXEC) == number);
             ::close(fresh.a);
             fresh.a = number;
         }
-        owned_pair now(l, fresh);
+        owned_pair now(l, std::move(fresh));
         for (int i = 0; i < 3; ++i) l.run_once(5ms);
         const int calls_after_close = ctx.calls;
         CHECK(calls_after_close <= 1);  // at most the cancellation
@@ -1470,7 +1462,7 @@ TEST_CASE("io: a watcher deferred because its descriptor was ready and then clos
 TEST_CASE("io: a watcher deferred at construction makes native_handle() readable", "[io][watcher][host]") {
     loop l;
     if (!spindle::test::has_native_handle(l)) return;
-    owned_pair p(l, make_socketpair());
+    owned_pair p(l, socket_pair{});
     watch_ctx c1, c2;
     c1.drain = false;
     c2.drain = false;
@@ -1496,7 +1488,7 @@ TEST_CASE("io: a watcher deferred at construction makes native_handle() readable
 
 TEST_CASE("io: a readable|writable watcher queued behind a read that hits EAGAIN still hears writability", "[io][watcher]") {
     loop l;
-    owned_pair p(l, make_socketpair());
+    owned_pair p(l, socket_pair{});
     int small = 16 * 1024;
     REQUIRE(::setsockopt(p.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
     REQUIRE(fill_socket(p.a.get()) > 0u);  // p.a: neither readable nor writable
@@ -1557,7 +1549,7 @@ TEST_CASE("io: reads cancelled or destroyed while their completions race in", "[
     constexpr int pairs = 32;
     std::vector<owned_pair> sockets;
     sockets.reserve(pairs);
-    for (int i = 0; i < pairs; ++i) sockets.emplace_back(l, make_socketpair());
+    for (int i = 0; i < pairs; ++i) sockets.emplace_back(l, socket_pair{});
     std::vector<racing_reader> readers(pairs);
     std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
     auto next = [&seed](std::uint64_t bound) {
@@ -1631,7 +1623,7 @@ task<void> read_one_byte(int fd, int& done) {
 // they are one long FIFO of waiters on one descriptor.
 TEST_CASE("io: 3000 reads parked in one tick all complete", "[io][stress]") {
     loop l;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     constexpr int readers = 3000;
     int done = 0;
     std::vector<spindle::join_handle<void>> handles;
@@ -1675,7 +1667,7 @@ TEST_CASE("io: a one-shot watcher made outside a tick wakes a host sleeping on n
     loop l;
     if (!spindle::test::has_native_handle(l)) return;
     l.run_once(0ns);
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     REQUIRE(::write(p.b.get(), "x", 1) == 1);
     watch_ctx ctx;
     ctx.fd = p.a.get();
@@ -1689,7 +1681,7 @@ TEST_CASE("io: a one-shot watcher made outside a tick wakes a host sleeping on n
 TEST_CASE("io: a watcher made by a timer callback inside a tick wakes a host after run_once returns", "[io][watcher][host]") {
     loop l;
     if (!spindle::test::has_native_handle(l)) return;
-    owned_pair p(l, make_pipe());
+    owned_pair p(l, pipe_pair{});
     REQUIRE(::write(p.b.get(), "x", 1) == 1);
     late_watch s;
     s.l = &l;
@@ -1723,7 +1715,7 @@ task<void> recv_one_byte(int fd, char id, std::string& log) {
 TEST_CASE("io: three reads parked on one socket: each byte reaches exactly one; in order made on readiness backends",
           "[io]") {
     loop l;
-    owned_pair p(l, make_socketpair());
+    owned_pair p(l, socket_pair{});
     std::string log;
     std::vector<spindle::join_handle<void>> readers;
     for (const char id : {'A', 'B', 'C'}) {

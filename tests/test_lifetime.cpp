@@ -429,7 +429,7 @@ TEST_CASE("awaiting the handle of an aborted task throws operation_canceled", "[
         l.run_once(0ns);
         victim.abort();
         CHECK(victim.done());
-        spindle::test::run_with_watchdog(l, await_handle(victim, out));
+        spindle::test::run(l, await_handle(victim, out));
     }
     SECTION("aborted while a task awaits it") {
         auto victim = l.spawn(sleepy_int());
@@ -506,7 +506,7 @@ TEST_CASE("a when_all child that aborts the task awaiting the when_all: no termi
     CHECK(l.task_count() == 0);
     CHECK(counted::alive == 0);  // the parent's and the sleeper's frames are gone
     join_outcome out;
-    spindle::test::run_with_watchdog(l, await_handle(s.parent, out));
+    spindle::test::run(l, await_handle(s.parent, out));
     CHECK(out.code == std::errc::operation_canceled);
     CHECK_FALSE(out.other_exception);
     CHECK_FALSE(out.value_returned);

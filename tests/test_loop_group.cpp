@@ -28,8 +28,8 @@ using spindle::loop_group;
 using spindle::loop_group_options;
 using spindle::result;
 using spindle::task;
-using spindle::test::run_with_watchdog;
 using spindle::test::error_of;
+using spindle::test::run;
 
 namespace {
 
@@ -150,7 +150,7 @@ TEST_CASE("outside a group's loop: no index, and submit_to says why", "[loop_gro
         }
         co_return false;
     };
-    CHECK(run_with_watchdog(l, body()));
+    CHECK(run(l, body()));
 }
 
 TEST_CASE("submit_to gives the value, the result, the void, or the exception of what ran on the other loop",

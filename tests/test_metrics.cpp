@@ -28,8 +28,8 @@ using spindle::loop_options;
 using spindle::task;
 using spindle::test::log_capture;
 using spindle::test::pipe_pair;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 
 namespace {
 

@@ -22,7 +22,7 @@ using spindle::loop;
 using spindle::result;
 using spindle::task;
 using spindle::test::bytes_of;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 
@@ -166,7 +166,7 @@ TEST_CASE("resolve: a numeric host is parsed in place, without the worker pool",
     // Counted once the loop exists: a backend may start threads of its own
     // (libkqueue does); the resolver must not.
     const int threads_before = thread_count();
-    run_with_watchdog(l, numeric_main(s));
+    run(l, numeric_main(s));
     CHECK(s.ticks_during_v4 == 0);
     CHECK(s.ticks_during_v6 == 0);
     REQUIRE(s.v4.has_value);
@@ -182,7 +182,7 @@ TEST_CASE("resolve: a numeric host is parsed in place, without the worker pool",
 TEST_CASE("resolve: \"localhost\" gives loopback addresses with the service's port", "[resolve]") {
     lookup any, v4, udp;
     loop l;
-    run_with_watchdog(l, resolve_into("localhost", "80", {}, any), std::chrono::seconds(30));
+    run(l, resolve_into("localhost", "80", {}, any), std::chrono::seconds(30));
     INFO(any.error.message());
     REQUIRE(any.has_value);
     REQUIRE_FALSE(any.found.empty());
@@ -196,14 +196,14 @@ TEST_CASE("resolve: \"localhost\" gives loopback addresses with the service's po
 
     net::resolve_hints only_v4;
     only_v4.family = net::address_family::ipv4;
-    run_with_watchdog(l, resolve_into("localhost", "8080", only_v4, v4), std::chrono::seconds(30));
+    run(l, resolve_into("localhost", "8080", only_v4, v4), std::chrono::seconds(30));
     REQUIRE(v4.has_value);
     REQUIRE(v4.found.size() == 1u);
     CHECK(v4.found[0] == net::address::ipv4_loopback(8080));
 
     net::resolve_hints datagram = only_v4;
     datagram.datagram = true;
-    run_with_watchdog(l, resolve_into("localhost", "53", datagram, udp), std::chrono::seconds(30));
+    run(l, resolve_into("localhost", "53", datagram, udp), std::chrono::seconds(30));
     REQUIRE(udp.has_value);
     REQUIRE(udp.found.size() == 1u);
     CHECK(udp.found[0] == net::address::ipv4_loopback(53));
@@ -213,7 +213,7 @@ TEST_CASE("resolve: a name that does not exist is resolve_failed", "[resolve]") 
     lookup r;
     loop l;
     // ".invalid" is reserved: no resolver may answer it.
-    run_with_watchdog(l, resolve_into("no-such-host.invalid", "80", {}, r), std::chrono::seconds(40));
+    run(l, resolve_into("no-such-host.invalid", "80", {}, r), std::chrono::seconds(40));
     CHECK_FALSE(r.has_value);
     CAPTURE(r.error.message());
     CHECK(r.error == net::errc::resolve_failed);
@@ -223,7 +223,7 @@ TEST_CASE("resolve: a name that does not exist is resolve_failed", "[resolve]") 
 TEST_CASE("resolve: a stop_token cancels a pending resolution at once; the worker's answer is dropped", "[resolve][cancel]") {
     cancel_state s;
     loop l;
-    run_with_watchdog(l, cancel_main(s), std::chrono::seconds(30));
+    run(l, cancel_main(s), std::chrono::seconds(30));
     CHECK(s.cancelled == std::errc::operation_canceled);
     CHECK(s.pre_stopped == std::errc::operation_canceled);
     // The pool serves the next one as usual.
@@ -234,7 +234,7 @@ TEST_CASE("resolve: a stop_token cancels a pending resolution at once; the worke
 TEST_CASE("resolve: many resolutions at once all complete", "[resolve]") {
     std::vector<lookup> out;
     loop l;
-    run_with_watchdog(l, many_main(16, out), std::chrono::seconds(30));
+    run(l, many_main(16, out), std::chrono::seconds(30));
     REQUIRE(out.size() == 16u);
     for (std::size_t i = 0; i < out.size(); ++i) {
         CAPTURE(i);
@@ -259,7 +259,7 @@ TEST_CASE("resolve: a loop destroyed while a resolution is pending leaves the wo
     // And the pool still serves a new loop.
     lookup later;
     loop l2;
-    run_with_watchdog(l2, resolve_into("localhost", "80", {}, later), std::chrono::seconds(30));
+    run(l2, resolve_into("localhost", "80", {}, later), std::chrono::seconds(30));
     CHECK(later.has_value);
 }
 
@@ -274,7 +274,7 @@ TEST_CASE("tcp_stream::connect(\"localhost\", port) resolves and connects", "[re
     loop l;
     auto listener = net::tcp_listener::bind(net::address::ipv4_loopback(0));
     REQUIRE(listener.has_value());
-    run_with_watchdog(l, connect_by_name_main(*listener, closed, s), std::chrono::seconds(40));
+    run(l, connect_by_name_main(*listener, closed, s), std::chrono::seconds(40));
     CAPTURE(s.error.message());
     REQUIRE(s.has_value);
     CHECK(s.peer == *listener->local_address());

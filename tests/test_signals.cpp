@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 using spindle::loop;
 using spindle::signal_mechanism;
 using spindle::task;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::settle;
 
 namespace {
@@ -229,7 +229,7 @@ TEST_CASE("signals: wait_signal wakes on raise() and on kill(getpid())", "[signa
                 wait_result res;
                 bool parked = false;
                 loop l(options_for(m.kind));
-                run_with_watchdog(l, wake_main(SIGUSR1, use_kill, res, parked));
+                run(l, wake_main(SIGUSR1, use_kill, res, parked));
                 CHECK(parked);
                 CHECK(res.has_value);
                 CHECK(res.signo == SIGUSR1);
@@ -246,7 +246,7 @@ TEST_CASE("signals: every waiter wakes on one delivery", "[signals]") {
             wait_result after;
             bool all_parked = false;
             loop l(options_for(m.kind));
-            run_with_watchdog(l, several_main(SIGUSR1, res, all_parked, after));
+            run(l, several_main(SIGUSR1, res, all_parked, after));
             CHECK(all_parked);
             for (const auto& r : res) {
                 CHECK(r.has_value);
@@ -264,7 +264,7 @@ TEST_CASE("signals: a delivery nobody waits for is kept, and several count as on
         SECTION(m.name) {
             kept_state s;
             loop l(options_for(m.kind));
-            run_with_watchdog(l, kept_main(SIGUSR2, s));
+            run(l, kept_main(SIGUSR2, s));
             CHECK(s.first.has_value);
             CHECK(s.first.signo == SIGUSR2);
             CHECK(s.first_moved == 0);  // returned at once
@@ -285,7 +285,7 @@ TEST_CASE("signals: a stop_token cancels a signal wait", "[signals]") {
         SECTION(m.name) {
             cancel_state s;
             loop l(options_for(m.kind));
-            run_with_watchdog(l, cancel_main(SIGUSR1, s));
+            run(l, cancel_main(SIGUSR1, s));
             CHECK(s.parked_at_stop);
             CHECK_FALSE(s.cancelled.has_value);
             CHECK(s.cancelled.error == std::errc::operation_canceled);
@@ -303,7 +303,7 @@ TEST_CASE("signals: signalfd gives the signal mask back when the loop goes", "[s
     bool parked = false;
     {
         loop l(options_for(signal_mechanism::signalfd));
-        run_with_watchdog(l, wake_main(SIGUSR1, false, res, parked));
+        run(l, wake_main(SIGUSR1, false, res, parked));
         CHECK(res.signo == SIGUSR1);
         CHECK(is_blocked(SIGUSR1));  // signalfd reads it as data while the loop lives
         CHECK(current_handler(SIGUSR1) == SIG_DFL);
@@ -333,7 +333,7 @@ TEST_CASE("signals: signalfd leaves a signal blocked that was blocked before", "
     bool parked = false;
     {
         loop l(options_for(signal_mechanism::signalfd));
-        run_with_watchdog(l, wake_main(SIGUSR2, false, res, parked));
+        run(l, wake_main(SIGUSR2, false, res, parked));
         CHECK(res.signo == SIGUSR2);
     }
     CHECK(is_blocked(SIGUSR2));
@@ -353,7 +353,7 @@ TEST_CASE("signals: self-pipe gives the previous handlers back when the loop goe
     bool parked = false;
     {
         loop l(options_for(signal_mechanism::self_pipe));
-        run_with_watchdog(l, wake_main(SIGUSR1, false, res, parked));
+        run(l, wake_main(SIGUSR1, false, res, parked));
         CHECK(res.signo == SIGUSR1);
         CHECK(current_handler(SIGUSR1) != &test_handler);  // the loop's handler caught it
         CHECK(g_test_handler_calls.load() == 0);
@@ -482,7 +482,7 @@ TEST_CASE("signals: wait_signal({a, b}) wakes on either and gives the one that a
                 wait_result first, second;
                 bool parked = false;
                 loop l(options_for(m.kind));
-                run_with_watchdog(l, set_wake_main(use_kill, first, second, parked));
+                run(l, set_wake_main(use_kill, first, second, parked));
                 CHECK(parked);
                 CHECK(first.has_value);
                 CHECK(first.signo == SIGUSR2);
@@ -499,7 +499,7 @@ TEST_CASE("signals: a set wait takes a kept signal at once, the lowest first; th
         SECTION(m.name) {
             set_kept_state s;
             loop l(options_for(m.kind));
-            run_with_watchdog(l, set_kept_main(s));
+            run(l, set_kept_main(s));
             CHECK(s.first.signo == SIGUSR1);
             CHECK(s.first_moved == 0);  // returned at once
             CHECK(s.second.signo == SIGUSR2);
@@ -517,7 +517,7 @@ TEST_CASE("signals: one delivery wakes single and set waiters that hold it; a se
         SECTION(m.name) {
             mixed_state s;
             loop l(options_for(m.kind));
-            run_with_watchdog(l, mixed_main(s));
+            run(l, mixed_main(s));
             CHECK(s.parked);
             CHECK(s.single.signo == SIGUSR1);
             CHECK(s.both.signo == SIGUSR1);

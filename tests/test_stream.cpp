@@ -39,7 +39,7 @@ using spindle::task;
 using spindle::test::bytes_of;
 using spindle::test::fill_pattern;
 using spindle::test::pattern_mismatch;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 using spindle::test::error_of;
@@ -187,7 +187,7 @@ TEMPLATE_TEST_CASE("byte_stream: the same body over every stream", "[stream]", m
     INFO(TestType::name);
     conformance_state s;
     loop l;
-    run_with_watchdog(l, conformance_main<TestType>(s));
+    run(l, conformance_main<TestType>(s));
     CHECK(s.lines == std::vector<std::string>{"one\n", "two\n", "three\n"});
     CHECK(s.timed_out == std::errc::timed_out);
     CHECK(s.stopped == std::errc::operation_canceled);
@@ -245,7 +245,7 @@ task<void> bulk_main(bulk_state& s) {
 TEST_CASE("memory_stream: a writer parks while the buffer is full and resumes as the reader drains", "[stream][memory]") {
     bulk_state s;
     loop l;
-    run_with_watchdog(l, bulk_main(s));
+    run(l, bulk_main(s));
     CHECK_FALSE(s.writer_done_before_reading);
     CHECK(s.peak_unread == 4096u);  // never more than the capacity
     CHECK(s.received == 256u * 1024u);
@@ -295,7 +295,7 @@ task<void> partial_main(partial_state& s) {
 TEST_CASE("memory_stream: write_some takes what fits; a full buffer parks it until a deadline or a stop", "[stream][memory][cancel]") {
     partial_state s;
     loop l;
-    run_with_watchdog(l, partial_main(s));
+    run(l, partial_main(s));
     CHECK(s.first == 5u);
     CHECK(s.second == 3u);
     CHECK(s.full_timed_out == std::errc::timed_out);
@@ -364,7 +364,7 @@ task<void> close_main(close_state& s) {
 TEST_CASE("memory_stream: close and shutdown_write behave as on a socket pair", "[stream][memory]") {
     close_state s;
     loop l;
-    run_with_watchdog(l, close_main(s));
+    run(l, close_main(s));
     CHECK(s.parked_peer_write == std::errc::broken_pipe);
     CHECK(s.dropped_unread == 0u);  // what a never read is gone
     CHECK(s.peer_read == "bye");    // what a wrote before closing still arrives
@@ -407,7 +407,7 @@ task<void> destroyed_main(std::error_code& e) {
 TEST_CASE("memory_stream: destroying both ends under a parked read completes it with operation_canceled", "[stream][memory][lifetime]") {
     std::error_code e;
     loop l;
-    run_with_watchdog(l, destroyed_main(e));
+    run(l, destroyed_main(e));
     CHECK(e == std::errc::operation_canceled);
 }
 
@@ -433,7 +433,7 @@ TEST_CASE("memory_stream: a default-constructed or moved-from stream is closed",
         REQUIRE(n.has_value());
         CHECK(*n == 0u);
     };
-    run_with_watchdog(l, check());
+    run(l, check());
 }
 
 TEST_CASE("memory_stream: needs no descriptor, so an hour's deadline passes at once under virtual time", "[stream][memory][timeout]") {
@@ -490,7 +490,7 @@ task<void> goodbye_main(goodbye_state& s) {
 TEST_CASE("byte_stream: a half-close that writes first is awaited through net::shutdown_write", "[stream][cancel]") {
     goodbye_state s;
     loop l;
-    run_with_watchdog(l, goodbye_main(s));
+    run(l, goodbye_main(s));
     CHECK(s.peer_got == "last words\nBYE\n");
     CHECK(s.full_timed_out == std::errc::timed_out);
     CHECK(s.full_stopped == std::errc::operation_canceled);
@@ -557,7 +557,7 @@ task<void> reader_main(reader_state& s) {
 TEST_CASE("buffered_reader: over a memory_stream, lines, limits, exact reads, deadlines and end of stream", "[stream][buffered]") {
     reader_state s;
     loop l;
-    run_with_watchdog(l, reader_main(s));
+    run(l, reader_main(s));
     REQUIRE(s.lines.size() == 3u);
     CHECK(s.lines[0] == "0123456789\r\n");
     CHECK(s.lines[1] == "x\r\n");
@@ -610,7 +610,7 @@ task<void> research_main(research_state& s) {
 TEST_CASE("buffered_reader: a call after line_too_long searches every buffered byte", "[stream][buffered]") {
     research_state s;
     loop l;
-    run_with_watchdog(l, research_main(s));
+    run(l, research_main(s));
     CHECK(s.too_long == net::errc::line_too_long);
     CHECK(s.line == "ab\n");
     CHECK(s.too_long_again == net::errc::line_too_long);
@@ -683,11 +683,11 @@ task<void> service_main(std::string& got, Wrap wrap) {
 TEST_CASE("examples: serve_batches and its graceful close run over any byte_stream", "[stream][examples]") {
     loop l;
     std::string plain;
-    run_with_watchdog(l, service_main(plain, [](net::memory_stream s) { return s; }));
+    run(l, service_main(plain, [](net::memory_stream s) { return s; }));
     CHECK(plain == "ok hello\nok world\nok quit\n");
     // A stream whose half-close writes a goodbye: close_gracefully awaits it.
     std::string with_goodbye;
-    run_with_watchdog(l, service_main(with_goodbye, [](net::memory_stream s) { return goodbye_stream(std::move(s)); }));
+    run(l, service_main(with_goodbye, [](net::memory_stream s) { return goodbye_stream(std::move(s)); }));
     CHECK(with_goodbye == "ok hello\nok world\nok quit\nBYE\n");
 }
 
@@ -717,31 +717,33 @@ TEST_CASE("examples: serve_batches gives a read's borrowed buffer back before a 
     const std::string big(8 << 20, 'x');
     std::uint64_t lent_while_writing = 99;
     std::size_t received = 0;
-    run_with_watchdog(l, [](net::tcp_listener& listener, const std::string& big, std::uint64_t& lent, std::size_t& received) -> task<void> {
-        result<net::address> to = listener.local_address();
-        REQUIRE(to.has_value());
-        result<net::tcp_stream> client = co_await net::tcp_stream::connect(*to);
-        REQUIRE(client.has_value());
-        result<net::tcp_stream> accepted = co_await listener.accept();
-        REQUIRE(accepted.has_value());
-        std::stop_source stop;
-        auto server = loop::current().spawn(
-            [](net::tcp_stream s, std::stop_token stop, const std::string& big) -> task<void> {
-                co_await spindle::examples::serve_batches(s, stop, big_reply_protocol{&big}, /*linger=*/false);
-            }(std::move(*accepted), stop.get_token(), big));
-        REQUIRE_OK(co_await client->write_all(bytes_of("big\n"), {}));
-        (void)co_await spindle::sleep_for(50ms);  // the server read, and its write waits for us
-        lent = loop::current().metrics().read_buffers_lent;
-        std::array<std::byte, 65536> buf{};
-        while (received < big.size()) {
-            result<std::size_t> n = co_await client->read_some(buf, {});
-            REQUIRE(n.has_value());
-            REQUIRE(*n > 0);
-            received += *n;
-        }
-        client->close();
-        co_await server;
-    }(listener, big, lent_while_writing, received));
+    run(l,
+        [](net::tcp_listener& listener, const std::string& big, std::uint64_t& lent,
+           std::size_t& received) -> task<void> {
+            result<net::address> to = listener.local_address();
+            REQUIRE(to.has_value());
+            result<net::tcp_stream> client = co_await net::tcp_stream::connect(*to);
+            REQUIRE(client.has_value());
+            result<net::tcp_stream> accepted = co_await listener.accept();
+            REQUIRE(accepted.has_value());
+            std::stop_source stop;
+            auto server = loop::current().spawn(
+                [](net::tcp_stream s, std::stop_token stop, const std::string& big) -> task<void> {
+                    co_await spindle::examples::serve_batches(s, stop, big_reply_protocol{&big}, /*linger=*/false);
+                }(std::move(*accepted), stop.get_token(), big));
+            REQUIRE_OK(co_await client->write_all(bytes_of("big\n"), {}));
+            (void)co_await spindle::sleep_for(50ms);  // the server read, and its write waits for us
+            lent = loop::current().metrics().read_buffers_lent;
+            std::array<std::byte, 65536> buf{};
+            while (received < big.size()) {
+                result<std::size_t> n = co_await client->read_some(buf, {});
+                REQUIRE(n.has_value());
+                REQUIRE(*n > 0);
+                received += *n;
+            }
+            client->close();
+            co_await server;
+        }(listener, big, lent_while_writing, received));
     CHECK(received == big.size());
     CHECK(lent_while_writing == 0);
 }

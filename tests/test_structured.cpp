@@ -28,17 +28,18 @@
 using namespace std::chrono_literals;
 using spindle::join_handle;
 using spindle::loop;
+using spindle::race;
 using spindle::result;
 using spindle::task;
 using spindle::task_group;
-using spindle::race;
 using spindle::with_timeout;
 using spindle::test::counted;
-using spindle::test::pipe_pair;
-using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
-using spindle::test::settle;
 using spindle::test::error_of;
+using spindle::test::pipe_pair;
+using spindle::test::run;
+using spindle::test::run_leaving_tasks;
+using spindle::test::run_until;
+using spindle::test::settle;
 
 namespace {
 
@@ -177,7 +178,7 @@ TEST_CASE("race: the first to finish wins; every loser is cancelled and finished
     spindle::event ev;
     journal j;
     const auto start = spindle::clock::now();
-    race_report rep = run_with_watchdog(l, race_three(ev, p.r, j));
+    race_report rep = run(l, race_three(ev, p.r, j));
     CHECK(spindle::clock::now() - start < 5s);
     CHECK(rep.index == 0);
     CHECK(rep.value == 0);
@@ -210,7 +211,7 @@ task<std::pair<std::pair<std::size_t, int>, int>> race_vector(journal& j) {
 TEST_CASE("race (vector): the index and value of the first to finish; the other four finished before it returned", "[race]") {
     loop l;
     journal j;
-    auto [r, finished] = run_with_watchdog(l, race_vector(j));
+    auto [r, finished] = run(l, race_vector(j));
     CHECK(r.first == 1);
     CHECK(r.second == 1);
     CHECK(finished == 5);
@@ -229,7 +230,7 @@ TEST_CASE("race: tasks that finish in the same tick: the first in argument order
         auto r = co_await race(value_now(10), value_now(20), value_now(30));
         co_return std::pair(r.index(), std::visit([](int v) { return v; }, r));
     };
-    auto [index, value] = run_with_watchdog(l, body());
+    auto [index, value] = run(l, body());
     CHECK(index == 0);
     CHECK(value == 10);
 
@@ -239,7 +240,7 @@ TEST_CASE("race: tasks that finish in the same tick: the first in argument order
         v.push_back(value_now(8));
         co_return co_await race(std::move(v));
     };
-    CHECK(run_with_watchdog(l, body2()) == std::pair<std::size_t, int>(0, 7));
+    CHECK(run(l, body2()) == std::pair<std::size_t, int>(0, 7));
 }
 
 task<int> race_with_thrower(journal& j, int& finished_when_caught) {
@@ -257,7 +258,7 @@ TEST_CASE("race: a winner that throws: its exception is rethrown once the losers
     loop l;
     journal j;
     int finished_when_caught = -1;
-    CHECK(run_with_watchdog(l, race_with_thrower(j, finished_when_caught)) == 1);
+    CHECK(run(l, race_with_thrower(j, finished_when_caught)) == 1);
     CHECK(finished_when_caught == 3);
     REQUIRE(j.waits.size() == 3);
     CHECK(j.waits[0] == wait_end{1, "ok"});
@@ -277,7 +278,7 @@ TEST_CASE("race: a winner that throws: its exception is rethrown once the losers
         co_return "no exception";
     };
     journal j2;
-    CHECK(run_with_watchdog(l, body(j2)) == "child 1 failed");
+    CHECK(run(l, body(j2)) == "child 1 failed");
     CHECK(j2.finished == 2);
 }
 
@@ -291,7 +292,7 @@ TEST_CASE("race: losers blocked on pipe reads are cancelled and take no bytes", 
     pipe_pair b;
     loop l;
     journal j;
-    CHECK(run_with_watchdog(l, race_pipes(a.r, b.r, j)) == 2);
+    CHECK(run(l, race_pipes(a.r, b.r, j)) == 2);
     CHECK(j.finished == 3);
     REQUIRE(j.waits.size() == 3);
     CHECK(j.waits[0] == wait_end{2, "ok"});
@@ -329,7 +330,7 @@ TEST_CASE("race: a timeout around it cancels every child; the race ends once all
             co_return std::pair(r.error(), j.finished);
         };
         const auto start = spindle::clock::now();
-        auto [race_code, finished] = run_with_watchdog(l, body(ev, p.r, j));
+        auto [race_code, finished] = run(l, body(ev, p.r, j));
         CHECK(spindle::clock::now() - start >= 30ms);
         CHECK(how(race_code) == "timed out");
         CHECK(finished == 3);
@@ -342,7 +343,7 @@ TEST_CASE("race: a timeout around it cancels every child; the race ends once all
             auto r = co_await with_timeout(30ms, race(sleep_or_throw(1h, 0, j), sleep_or_throw(2h, 1, j)));
             co_return r.error();
         };
-        CHECK(how(run_with_watchdog(l, body(j))) == "timed out");
+        CHECK(how(run(l, body(j))) == "timed out");
         CHECK(j.finished == 2);
         REQUIRE(j.waits.size() == 2);
         CHECK(j.waits[0].second == "canceled");
@@ -461,21 +462,21 @@ TEST_CASE("race of one task: its value at index 0; the vector form too; an empty
         static_assert(std::is_same_v<decltype(r), std::variant<int>>);
         co_return std::get<0>(r);
     };
-    CHECK(run_with_watchdog(l, one()) == 5);
+    CHECK(run(l, one()) == 5);
 
     auto one_void = []() -> task<bool> {
         auto r = co_await race(void_now());
         static_assert(std::is_same_v<decltype(r), std::variant<std::monostate>>);
         co_return r.index() == 0;
     };
-    CHECK(run_with_watchdog(l, one_void()));
+    CHECK(run(l, one_void()));
 
     auto one_vector = []() -> task<std::pair<std::size_t, int>> {
         std::vector<task<int>> v;
         v.push_back(value_now(6));
         co_return co_await race(std::move(v));
     };
-    CHECK(run_with_watchdog(l, one_vector()) == std::pair<std::size_t, int>(0, 6));
+    CHECK(run(l, one_vector()) == std::pair<std::size_t, int>(0, 6));
 
     auto none = []() -> task<bool> {
         try {
@@ -485,7 +486,7 @@ TEST_CASE("race of one task: its value at index 0; the vector form too; an empty
         }
         co_return false;
     };
-    CHECK(run_with_watchdog(l, none()));
+    CHECK(run(l, none()));
     CHECK(l.task_count() == 0);
 }
 
@@ -504,7 +505,7 @@ task<std::pair<int, std::size_t>> group_of_three(journal& j) {
 TEST_CASE("task_group: join waits for every child", "[task_group]") {
     loop l;
     journal j;
-    auto [finished_and_size, before] = run_with_watchdog(l, group_of_three(j));
+    auto [finished_and_size, before] = run(l, group_of_three(j));
     CHECK(before == 3);
     CHECK(finished_and_size == 30);  // three finished, none running
     REQUIRE(j.waits.size() == 3);
@@ -523,7 +524,7 @@ TEST_CASE("task_group: join waits for every child", "[task_group]") {
         co_return j.finished;
     };
     journal j2;
-    CHECK(run_with_watchdog(l, twice(j2)) == 2);
+    CHECK(run(l, twice(j2)) == 2);
     CHECK(l.task_count() == 0);
 }
 
@@ -555,7 +556,7 @@ TEST_CASE("task_group: the first failure cancels the siblings; join rethrows it 
     loop l;
     spindle::event ev;
     journal j;
-    failure_report rep = run_with_watchdog(l, group_with_failure(ev, j));
+    failure_report rep = run(l, group_with_failure(ev, j));
     CHECK(rep.what == "child 1 failed");
     CHECK(rep.finished_when_caught == 4);
     CHECK(rep.took < 5s);  // the hour-long sleep was cut short
@@ -592,7 +593,7 @@ task<std::vector<wait_end>> spawn_after_cancel(journal& j) {
 TEST_CASE("task_group: a child spawned after cancel() or after a failure is cancelled too", "[task_group]") {
     loop l;
     journal j;
-    auto waits = run_with_watchdog(l, spawn_after_cancel(j));
+    auto waits = run(l, spawn_after_cancel(j));
     REQUIRE(waits.size() == 5);
     CHECK(waits[0] == wait_end{0, "canceled"});
     CHECK(waits[1] == wait_end{1, "canceled"});
@@ -621,7 +622,7 @@ TEST_CASE("task_group: destroying a group with running children aborts them; the
     spindle::event ev;
     counted::alive = 0;
     counted::constructed = 0;
-    auto [alive, tasks] = run_with_watchdog(l, group_dropped(ev, p.r));
+    auto [alive, tasks] = run(l, group_dropped(ev, p.r));
     CHECK(counted::constructed == 4);
     CHECK(alive == 0);
     CHECK(tasks == 1);  // the body alone
@@ -676,7 +677,7 @@ TEST_CASE("task_group: cancelling the task awaiting join cancels the children, a
         result<void> joined = co_await with_timeout(10ms, g.join());
         co_return (joined.error() == std::errc::timed_out ? 100 : 0) + j.finished * 10 + cleanups;
     };
-    CHECK(run_with_watchdog(l, timed(j2, cleanups2)) == 122);
+    CHECK(run(l, timed(j2, cleanups2)) == 122);
 }
 
 task<void> count_after_event(spindle::event& ev, int& count) {
@@ -698,7 +699,7 @@ task<std::pair<int, std::size_t>> ten_thousand(int& count) {
 TEST_CASE("task_group: 10,000 children", "[task_group][stress]") {
     loop l;
     int count = 0;
-    auto [n, running] = run_with_watchdog(l, ten_thousand(count), 60s);
+    auto [n, running] = run(l, ten_thousand(count), 60s);
     CHECK(running == 10'000);
     CHECK(n == 10'000);
     CHECK(l.task_count() == 0);
@@ -717,7 +718,7 @@ TEST_CASE("task_group: 10,000 children", "[task_group][stress]") {
         for (auto& w : j.waits) n += w.second == "canceled";
         co_return n * 10 + (j.finished == 10'001);
     };
-    CHECK(run_with_watchdog(l, cancelled(), 60s) == 100'001);
+    CHECK(run(l, cancelled(), 60s) == 100'001);
 }
 
 task<void> join_group(task_group& g) { co_await g.join(); }
@@ -735,7 +736,7 @@ TEST_CASE("task_group: a joiner aborted while the group outlives it is forgotten
     loop l;
     task_group g;
     journal j;
-    run_with_watchdog(l, spawn_into(g, j));
+    run_leaving_tasks(l, spawn_into(g, j));
     {
         auto joiner = l.spawn(join_group(g));
         settle(l);
@@ -745,8 +746,8 @@ TEST_CASE("task_group: a joiner aborted while the group outlives it is forgotten
     settle(l);
     CHECK(j.finished == 2);
     // The group goes on: a new joiner is woken as usual.
-    run_with_watchdog(l, spawn_into(g, j));
-    run_with_watchdog(l, join_group(g));
+    run_leaving_tasks(l, spawn_into(g, j));
+    run(l, join_group(g));
     CHECK(j.finished == 4);
     CHECK(g.size() == 0);
 }
@@ -996,7 +997,7 @@ task<void> vector_when_all(when_all_cancel_state& s) {
 TEST_CASE("when_all: with_timeout cancels the children, waits for them and reports timed_out", "[structured][when_all]") {
     loop l;
     when_all_cancel_state s;
-    run_with_watchdog(l, timed_when_all(s), 5s);
+    run(l, timed_when_all(s), 5s);
     CHECK(s.outcome == std::errc::timed_out);
     CHECK(s.finished == 2);  // both children ran to their end before when_all returned
     CHECK(s.a == std::errc::operation_canceled);
@@ -1042,7 +1043,7 @@ TEST_CASE("when_all and race of task<T&>: references arrive as std::reference_wr
         ra.get() = 10;  // writes through to `a`
         co_return &ra.get() == &a && &rb.get() == &b && v == 3;
     };
-    CHECK(run_with_watchdog(l, all()));
+    CHECK(run(l, all()));
     CHECK(a == 10);
 
     auto all_vector = [&]() -> task<bool> {
@@ -1053,14 +1054,14 @@ TEST_CASE("when_all and race of task<T&>: references arrive as std::reference_wr
         static_assert(std::is_same_v<decltype(refs), std::vector<std::reference_wrapper<int>>>);
         co_return refs.size() == 2 && &refs[0].get() == &b && &refs[1].get() == &a;
     };
-    CHECK(run_with_watchdog(l, all_vector()));
+    CHECK(run(l, all_vector()));
 
     auto any = [&]() -> task<bool> {
         auto r = co_await race(ref_after(1h, a), ref_after(1ms, b));
         static_assert(std::is_same_v<decltype(r), std::variant<std::reference_wrapper<int>, std::reference_wrapper<int>>>);
         co_return r.index() == 1 && &std::get<1>(r).get() == &b;
     };
-    CHECK(run_with_watchdog(l, any()));
+    CHECK(run(l, any()));
 
     auto any_vector = [&]() -> task<bool> {
         std::vector<task<int&>> v;
@@ -1069,6 +1070,6 @@ TEST_CASE("when_all and race of task<T&>: references arrive as std::reference_wr
         auto [index, ref] = co_await race(std::move(v));
         co_return index == 1 && &ref.get() == &b;
     };
-    CHECK(run_with_watchdog(l, any_vector()));
+    CHECK(run(l, any_vector()));
     CHECK(l.task_count() == 0);
 }

@@ -29,10 +29,10 @@ using spindle::result;
 using spindle::task;
 using spindle::with_timeout;
 using spindle::test::counted;
-using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
-using spindle::test::settle;
 using spindle::test::error_of;
+using spindle::test::run;
+using spindle::test::run_until;
+using spindle::test::settle;
 
 namespace {
 
@@ -206,7 +206,7 @@ TEST_CASE("mutex: lock, try_lock and the guard", "[sync][mutex]") {
         CHECK(m.is_locked());
         co_return 7;
     };
-    CHECK(run_with_watchdog(l, body(m)) == 7);
+    CHECK(run(l, body(m)) == 7);
     CHECK_FALSE(m.is_locked());
 }
 
@@ -493,7 +493,7 @@ TEST_CASE("semaphore: a permit gives its permits back when it goes, once", "[syn
     loop l;
     spindle::semaphore s(3);
     std::vector<std::string> steps;
-    run_with_watchdog(l, [](spindle::semaphore& s, std::vector<std::string>& steps) -> task<void> {
+    run(l, [](spindle::semaphore& s, std::vector<std::string>& steps) -> task<void> {
         {
             result<spindle::semaphore::permit> two = co_await s.acquire_permit(2);
             REQUIRE(two);
@@ -881,7 +881,7 @@ TEST_CASE("mutex stress: 100,000 locks with random cancels keep exclusion and FI
         s.c.done = true;
         co_await monkey;
     };
-    run_with_watchdog(l, body(s), 60s);
+    run(l, body(s), 60s);
     INFO("succeeded " << s.t.succeeded << " cancelled " << s.t.cancelled << " timed out " << s.t.timed_out);
     CHECK(s.t.attempts >= stress_operations);
     CHECK(s.t.succeeded + s.t.cancelled + s.t.timed_out == s.t.attempts);
@@ -947,7 +947,7 @@ TEST_CASE("semaphore stress: 100,000 acquires of 1 to 4 permits with random canc
         s.c.done = true;
         co_await monkey;
     };
-    run_with_watchdog(l, body(s), 60s);
+    run(l, body(s), 60s);
     INFO("succeeded " << s.t.succeeded << " cancelled " << s.t.cancelled << " timed out " << s.t.timed_out);
     CHECK(s.t.succeeded + s.t.cancelled + s.t.timed_out == s.t.attempts);
     CHECK(s.t.other == 0);
@@ -1056,7 +1056,7 @@ TEST_CASE("event and wait_group stress: 100,000 waits with random sets, resets a
         co_await monkey;
         (void)co_await all;
     };
-    run_with_watchdog(l, body(s), 60s);
+    run(l, body(s), 60s);
     INFO("succeeded " << s.t.succeeded << " cancelled " << s.t.cancelled << " timed out " << s.t.timed_out);
     CHECK(s.t.succeeded + s.t.cancelled + s.t.timed_out == s.t.attempts);
     CHECK(s.t.other == 0);

@@ -346,7 +346,7 @@ TEST_CASE("spawn returns a join_handle whose co_await gives the result or rethro
     spindle::loop l;
     spindle::test::log_capture log;
     join_results out;
-    spindle::test::run_with_watchdog(l, join_children(out));
+    spindle::test::run(l, join_children(out));
     CHECK(out.value == 11);
     CHECK(out.error == "joined boom");
     // The failure was observed through the handle: nothing to log.
@@ -452,7 +452,7 @@ TEST_CASE("when_all rethrows the first failure in argument order, after all fini
     spindle::loop l;
     spindle::test::log_capture log;
     when_all_failure out;
-    spindle::test::run_with_watchdog(l, when_all_with_failures(out));
+    spindle::test::run(l, when_all_with_failures(out));
     CHECK(out.caught == "first in argument order");
     // The slow, successful child was waited for before the rethrow.
     CHECK(out.slow_child_done_at_catch);

@@ -30,7 +30,7 @@ using spindle::task;
 using spindle::test::bytes_of;
 using spindle::test::fill_pattern;
 using spindle::test::pattern_mismatch;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 using steady = std::chrono::steady_clock;
 namespace net = spindle::net;
@@ -831,7 +831,7 @@ TEST_CASE("tcp: 1,000 concurrent clients on one loop, each echoed its own patter
     net::listen_options options;
     options.backlog = 2048;
     net::tcp_listener listener = listen_loopback(options);
-    run_with_watchdog(l, many_main(listener, clients, st), std::chrono::seconds(120));
+    run(l, many_main(listener, clients, st), std::chrono::seconds(120));
     for (const auto& f : st.failures) UNSCOPED_INFO(f);
     CHECK(st.failures.empty());
     CHECK(st.accepted == clients);
@@ -848,7 +848,7 @@ TEST_CASE("tcp: 64 MiB each way at once arrive intact", "[tcp][bulk]") {
     bulk_direction up, down;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, bulk_main(listener, up, down), std::chrono::seconds(120));
+    run(l, bulk_main(listener, up, down), std::chrono::seconds(120));
     for (bulk_direction* d : {&up, &down}) {
         CHECK_FALSE(d->write_error);
         CHECK_FALSE(d->read_error);
@@ -863,7 +863,7 @@ TEST_CASE("tcp: connect to a closed port is connection_refused", "[tcp][connect]
     const net::address to = closed_port();
     std::vector<std::error_code> errors;
     loop l;
-    run_with_watchdog(l, connect_errors(to, 5, errors));
+    run(l, connect_errors(to, 5, errors));
     REQUIRE(errors.size() == 5u);
     for (const auto& e : errors) {
         CAPTURE(e.message());
@@ -871,7 +871,7 @@ TEST_CASE("tcp: connect to a closed port is connection_refused", "[tcp][connect]
     }
     // With a deadline too: the refusal comes first and is not a timeout.
     std::error_code with_deadline;
-    run_with_watchdog(l, [](net::address to, std::error_code& e) -> task<void> {
+    run(l, [](net::address to, std::error_code& e) -> task<void> {
         result<net::tcp_stream> s = co_await net::tcp_stream::connect(to, 10s);
         e = s.error();
     }(to, with_deadline));
@@ -884,7 +884,7 @@ TEST_CASE("tcp: connect with a timeout to a listener whose backlog is full is ti
     timed_connect t;
     loop l;
     net::tcp_listener live = listen_loopback();
-    run_with_watchdog(l, connect_timeout_main(full.addr, local_of(live), t));
+    run(l, connect_timeout_main(full.addr, local_of(live), t));
     CHECK_FALSE(t.has_value);
     CHECK(t.error == std::errc::timed_out);
     CHECK(t.elapsed >= 100ms);
@@ -895,7 +895,7 @@ TEST_CASE("tcp: a peer reset during a pending read is connection_reset", "[tcp][
     reset_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, reset_read_main(listener, s));
+    run(l, reset_read_main(listener, s));
     CHECK_FALSE(s.done_before_reset);  // the read was parked when the reset came
     CHECK_FALSE(s.has_value);
     CHECK(s.error == std::errc::connection_reset);
@@ -906,7 +906,7 @@ TEST_CASE("tcp: a peer reset during write_all is broken_pipe or connection_reset
     reset_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, reset_write_main(listener, s), std::chrono::seconds(30));
+    run(l, reset_write_main(listener, s), std::chrono::seconds(30));
     CHECK(s.server_read == 64u * 1024);
     CHECK(s.server_mismatch == npos);
     CHECK_FALSE(s.done_before_reset);  // 64 MiB cannot fit in the socket buffers
@@ -919,7 +919,7 @@ TEST_CASE("tcp: half-close by the client: the server reads end of stream and sti
     half_close_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, client_half_close_main(listener, s));
+    run(l, client_half_close_main(listener, s));
     CHECK(s.server_got == "request");
     CHECK(s.second_eof_read == 0u);
     CHECK(s.client_got == "reply");
@@ -929,7 +929,7 @@ TEST_CASE("tcp: half-close by the server: the client reads end of stream and sti
     half_close_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, server_half_close_main(listener, s));
+    run(l, server_half_close_main(listener, s));
     CHECK(s.client_got == "hello");
     CHECK(s.server_got == "bye");
 }
@@ -940,7 +940,7 @@ TEST_CASE("tcp: after a read that emptied the socket, data and the end that come
         drained_state s;
         loop l;
         net::tcp_listener listener = listen_loopback();
-        run_with_watchdog(l, drained_main(listener, borrowed, s));
+        run(l, drained_main(listener, borrowed, s));
         const std::vector<std::string> expected{"one", "two", "three", "four", "five", "<end>", "<end>", "six", "<end>"};
         CHECK(s.got == expected);
     }
@@ -950,7 +950,7 @@ TEST_CASE("tcp: closing a stream from another task completes its pending read wi
     close_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, close_pending_main(listener, s));
+    run(l, close_pending_main(listener, s));
     CHECK_FALSE(s.done_before_close);
     CHECK_FALSE(s.has_value);
     CHECK(s.error == std::errc::operation_canceled);
@@ -962,7 +962,7 @@ TEST_CASE("tcp: read_exact gathers partial reads, and is end_of_stream when the 
     exact_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, read_exact_main(listener, s));
+    run(l, read_exact_main(listener, s));
     CHECK(s.full == "0123456789");
     CHECK(s.short_error == net::errc::end_of_stream);
     CHECK(s.short_prefix == "abc.......");  // what arrived stays in the buffer
@@ -972,7 +972,7 @@ TEST_CASE("tcp: vectored write_all of 1,000 buffers (more than one window of 16)
     vectored_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, vectored_main(listener, s), std::chrono::seconds(30));
+    run(l, vectored_main(listener, s), std::chrono::seconds(30));
     CHECK(s.buffers == 1000u);
     CHECK(s.received == s.total);
     CHECK(s.mismatch == npos);
@@ -993,7 +993,7 @@ TEST_CASE("tcp: accepted connections have TCP_NODELAY unless listen_options::no_
     loop l;
     net::tcp_listener listener = listen_loopback(options);
     int accepted = -1;
-    run_with_watchdog(l, accepted_nodelay_main(listener, accepted));
+    run(l, accepted_nodelay_main(listener, accepted));
     REQUIRE(accepted >= 0);
     CHECK((accepted != 0) == no_delay);
 }
@@ -1002,7 +1002,7 @@ TEST_CASE("tcp: set_nodelay and set_keepalive reach the socket", "[tcp][options]
     option_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, options_main(listener, s));
+    run(l, options_main(listener, s));
     CHECK(s.nodelay_on != 0);
     CHECK(s.nodelay_off == 0);
     CHECK(s.keepalive_on != 0);
@@ -1015,7 +1015,7 @@ TEST_CASE("tcp: peer(), peer_address() and local_address() on both ends", "[tcp]
     address_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, addresses_main(listener, s));
+    run(l, addresses_main(listener, s));
     CHECK(s.listener.family() == net::address_family::ipv4);
     CHECK(s.listener.is_loopback());
     CHECK(s.listener.port() != 0);
@@ -1033,7 +1033,7 @@ TEST_CASE("tcp: a round trip over IPv6 loopback", "[tcp][ipv6]") {
     if (!bound) NET_SKIP("no IPv6 loopback here: " << bound.error().message());
     v6_state s;
     loop l;
-    run_with_watchdog(l, v6_main(*bound, s));
+    run(l, v6_main(*bound, s));
     CHECK(s.server_got == "over v6");
     CHECK(s.client_got == "and back");
     CHECK(s.client_peer.family() == net::address_family::ipv6);
@@ -1063,7 +1063,7 @@ TEST_CASE("tcp: a stop_token cancels a pending accept", "[tcp][listener][cancel]
     std::error_code e;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, accept_cancel_main(listener, e));
+    run(l, accept_cancel_main(listener, e));
     CHECK(e == std::errc::operation_canceled);
 }
 
@@ -1072,7 +1072,7 @@ TEST_CASE("tcp: closing a listener completes its pending accept with operation_c
     bool done_before_close = true;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, accept_closed_main(listener, e, done_before_close));
+    run(l, accept_closed_main(listener, e, done_before_close));
     CHECK_FALSE(done_before_close);
     CHECK(e == std::errc::operation_canceled);
     CHECK_FALSE(listener.is_open());
@@ -1082,7 +1082,7 @@ TEST_CASE("buffered_reader: read_until finds a \"\\r\\n\" that arrives in two wr
     lines_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, split_delimiter_main(listener, s));
+    run(l, split_delimiter_main(listener, s));
     CHECK_FALSE(s.first_done_before_rest);  // "\r" alone did not end the line
     CHECK(s.first == "hello\r\n");
     CHECK(s.second == "world\r\n");
@@ -1092,7 +1092,7 @@ TEST_CASE("buffered_reader: line_too_long keeps the bytes buffered", "[tcp][buff
     too_long_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, line_too_long_main(listener, s));
+    run(l, line_too_long_main(listener, s));
     CHECK(s.error == net::errc::line_too_long);
     CHECK(s.buffered_then.size() >= 64u);
     CHECK(s.buffered_then == std::string(s.buffered_then.size(), 'a'));
@@ -1103,7 +1103,7 @@ TEST_CASE("buffered_reader: end_of_stream before a delimiter leaves what arrived
     eos_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, reader_eos_main(listener, s));
+    run(l, reader_eos_main(listener, s));
     CHECK(s.error == net::errc::end_of_stream);
     CHECK(s.buffered == "partial");
 }
@@ -1112,7 +1112,7 @@ TEST_CASE("buffered_reader: read_exact takes buffered bytes first, then fresh on
     mixed_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, mixed_main(listener, s));
+    run(l, mixed_main(listener, s));
     CHECK(s.line == "line\n");
     CHECK(s.buffered_after_line == "ABCDEF");
     CHECK(s.exact == "ABCDEFGHIJ");
@@ -1124,7 +1124,7 @@ TEST_CASE("buffered_reader: a read_until that timed out keeps what arrived, and 
     reader_timeout_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, reader_timeout_main(listener, s));
+    run(l, reader_timeout_main(listener, s));
     CHECK(s.timed == std::errc::timed_out);
     CHECK(s.buffered_then == "par");
     CHECK(s.line == "partial\n");
@@ -1134,7 +1134,7 @@ TEST_CASE("buffered_reader: a buffer smaller than a line grows up to the limit",
     small_buffer_state s;
     loop l;
     net::tcp_listener listener = listen_loopback();
-    run_with_watchdog(l, small_buffer_main(listener, s));
+    run(l, small_buffer_main(listener, s));
     REQUIRE(s.lines.size() == 3u);
     CHECK(s.lines[0] == "0123456789\r\n");
     CHECK(s.lines[1] == "x\r\n");

@@ -3,7 +3,6 @@
 // win the race against the timer; stop_token cancellation; and frames
 // destroyed while a deadline is armed.
 
-#include "fd_support.hpp"
 #include "net_support.hpp"
 
 #include <spindle/net/tcp.hpp>
@@ -29,7 +28,7 @@ using spindle::with_timeout;
 using spindle::test::bytes_of;
 using spindle::test::counted;
 using spindle::test::pipe_pair;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 using spindle::test::error_of;
@@ -560,7 +559,7 @@ TEST_CASE("with_timeout: a raw read that gets nothing ends with timed_out, not b
     pipe_pair p;
     outcome o;
     loop l;
-    run_with_watchdog(l, raw_read_with_timeout(p.r, o));
+    run(l, raw_read_with_timeout(p.r, o));
     REQUIRE(o.done);
     CHECK_FALSE(o.has_value);
     CHECK(o.error == std::errc::timed_out);
@@ -577,7 +576,7 @@ TEST_CASE("with_timeout: a task doing several waits is cancelled in the wait it 
     pipe_pair p;
     steps_state s;
     loop l;
-    run_with_watchdog(l, several_waits_main(p.r, s));
+    run(l, several_waits_main(p.r, s));
     CHECK(s.finished_waits == 2);  // the sleeps before the deadline ran their course
     // Inside the scope the cancelled wait reports operation_canceled; the
     // with_timeout that expired turns it into timed_out.
@@ -591,7 +590,7 @@ TEST_CASE("with_timeout: once expired, every later operation in the scope is can
     pipe_pair p;
     later_waits_state s;
     loop l;
-    run_with_watchdog(l, keeps_waiting_main(p.r, p.w, s));
+    run(l, keeps_waiting_main(p.r, p.w, s));
     CHECK(s.first == std::errc::operation_canceled);
     CHECK(s.second_sleep == std::errc::operation_canceled);
     // A read that would find its byte at once is stopped too: a task past its
@@ -605,7 +604,7 @@ TEST_CASE("with_timeout: once expired, every later operation in the scope is can
 TEST_CASE("with_timeout: on a sleep, timed_out when the sleep is longer, success when shorter", "[timeout]") {
     sleep_state s;
     loop l;
-    run_with_watchdog(l, sleep_main(s));
+    run(l, sleep_main(s));
     CHECK(s.long_sleep == std::errc::timed_out);
     CHECK(s.long_took >= 30ms);
     CHECK_FALSE(s.short_sleep);
@@ -617,7 +616,7 @@ TEST_CASE("with_timeout: nested, whichever deadline is shorter ends the operatio
     pipe_pair p;
     nested_state s;
     loop l;
-    run_with_watchdog(l, nested_main(p.r, s));
+    run(l, nested_main(p.r, s));
     CHECK_FALSE(s.inner_shorter.has_value);
     CHECK(s.inner_shorter.error == std::errc::timed_out);
     CHECK(s.inner_shorter.elapsed >= 30ms);
@@ -631,7 +630,7 @@ TEST_CASE("with_timeout: nested in tasks, only the scope that expired reports ti
     pipe_pair p;
     nested_task_state s;
     loop l;
-    run_with_watchdog(l, nested_tasks_main(p.r, s));
+    run(l, nested_tasks_main(p.r, s));
     // Outer 30 ms around an inner 10 s: the inner scope did not expire, so the
     // inner with_timeout passes operation_canceled on; the outer one converts it.
     CHECK(s.inner_saw == std::errc::operation_canceled);
@@ -647,7 +646,7 @@ TEST_CASE("with_timeout: an operation that completed first keeps its result, eve
     pipe_pair p;
     kept_state s;
     loop l;
-    run_with_watchdog(l, kept_main(p.r, p.w, s));
+    run(l, kept_main(p.r, p.w, s));
     REQUIRE(s.zero_deadline.has_value);
     CHECK(s.zero_deadline.value == 3u);
     REQUIRE(s.same_tick.done);
@@ -663,7 +662,7 @@ TEST_CASE("with_timeout: a plain value whose operation throws operation_canceled
     pipe_pair p;
     throw_state s;
     loop l;
-    run_with_watchdog(l, throwing_main(p.r, s));
+    run(l, throwing_main(p.r, s));
     CHECK(s.converted == std::errc::timed_out);
     CHECK(s.logic == "not a cancellation");
     CHECK_FALSE(s.after_sleep);
@@ -674,7 +673,7 @@ TEST_CASE("with_timeout: a task<void> gives result<void>, timed_out when the dea
     pipe_pair p;
     void_state s;
     loop l;
-    run_with_watchdog(l, void_main(p.r, s));
+    run(l, void_main(p.r, s));
     CHECK(s.cut == std::errc::timed_out);
     CHECK(s.cut_took >= 30ms);
     CHECK(s.cut_took < 10s);
@@ -696,7 +695,7 @@ TEST_CASE("with_timeout: a task<void> whose last wait completed in the deadline'
     pipe_pair p;
     void_same_tick_state s;
     loop l;
-    run_with_watchdog(l, void_same_tick_main(p.r, p.w, s));
+    run(l, void_same_tick_main(p.r, p.w, s));
     CHECK(s.got == "late");
     CHECK(s.took >= 30ms);  // the deadline had passed when it resumed
     CHECK_FALSE(s.outcome);
@@ -721,7 +720,7 @@ TEST_CASE("with_timeout: a stream read that timed out consumed nothing and leave
     loop l;
     auto pair = net::unix_stream::pair();
     REQUIRE(pair.has_value());
-    run_with_watchdog(l, stream_after_timeout(pair->first, pair->second, s));
+    run(l, stream_after_timeout(pair->first, pair->second, s));
     CHECK_FALSE(s.timed.has_value);
     CHECK(s.timed.error == std::errc::timed_out);
     CHECK(s.open_after);
@@ -734,7 +733,7 @@ TEST_CASE("with_timeout: around a connect that the peer never completes", "[time
     if (!full.ready) NET_SKIP("the kernel completed every connect to a listener with backlog 0");
     outcome o;
     loop l;
-    run_with_watchdog(l, connect_with_timeout(full.addr, o));
+    run(l, connect_with_timeout(full.addr, o));
     REQUIRE(o.done);
     CHECK_FALSE(o.has_value);
     CHECK(o.error == std::errc::timed_out);
@@ -745,7 +744,7 @@ TEST_CASE("with_timeout: a stop_token cancellation inside it stays operation_can
     pipe_pair p;
     token_state s;
     loop l;
-    run_with_watchdog(l, token_main(p.r, s));
+    run(l, token_main(p.r, s));
     CHECK_FALSE(s.raw.has_value);
     CHECK(s.raw.error == std::errc::operation_canceled);
     CHECK(s.in_task == std::errc::operation_canceled);
@@ -757,7 +756,7 @@ TEST_CASE("with_timeout: one task's deadline does not touch another task's waits
     outcome timed;
     std::error_code other{std::make_error_code(std::errc::io_error)};
     loop l;
-    run_with_watchdog(l, independent_main(p.r, timed, other));
+    run(l, independent_main(p.r, timed, other));
     CHECK(timed.error == std::errc::timed_out);
     CHECK_FALSE(other);
 }
@@ -769,7 +768,7 @@ TEST_CASE("with_timeout: a task aborted while parked inside nested timeouts leav
     counted::alive = 0;
     {
         loop l;
-        run_with_watchdog(l, abort_main(p.r, ps, as));
+        run(l, abort_main(p.r, ps, as));
         CHECK_FALSE(l.has_work());
     }
     CHECK(as.done_after_abort);
@@ -791,7 +790,7 @@ TEST_CASE("with_timeout: a task aborted after its deadline fired but before it r
     counted::alive = 0;
     {
         loop l;
-        run_with_watchdog(l, abort_when_ready_main(p.r, ps, as));
+        run(l, abort_when_ready_main(p.r, ps, as));
         CHECK_FALSE(l.has_work());
     }
     CHECK(as.done_after_abort);
@@ -891,7 +890,7 @@ TEST_CASE("cancel: a task that receives only ready values stops at the receive a
 TEST_CASE("with_timeout: a loop of reads that find data at once ends at the deadline, not when the data does",
           "[timeout][cancel]") {
     loop l;
-    spindle::test::fd_pair sp = spindle::test::make_socketpair();
+    spindle::test::socket_pair sp;
     // Fill the connection: far more than a byte-by-byte reader gets through in 20 ms.
     std::array<char, 4096> chunk{};
     std::size_t written = 0;
@@ -902,12 +901,10 @@ TEST_CASE("with_timeout: a loop of reads that find data at once ends at the dead
     }
     REQUIRE(written >= 64 * 1024);
     ready_reader_state s;
-    run_with_watchdog(l, read_until_deadline(sp.a, s));
+    run(l, read_until_deadline(sp.a, s));
     CHECK(s.stopped_by == std::errc::timed_out);
     CAPTURE(s.read, written);
     CHECK(s.read < written);  // stopped with data still buffered
-    ::close(sp.a);
-    ::close(sp.b);
 }
 
 // --- a join that can be cancelled ---------------------------------------------------------
@@ -920,7 +917,7 @@ TEST_CASE("join(token): a deadline or a stop ends the join, not the task, which 
         int value = 0;
         bool still_running_after_cancels = false;
     } o;
-    run_with_watchdog(l, [](outcome& o) -> task<void> {
+    run(l, [](outcome& o) -> task<void> {
         auto h = loop::current().spawn([]() -> task<int> {
             (void)co_await spindle::sleep_for(30ms);
             co_return 42;
@@ -947,7 +944,7 @@ TEST_CASE("join(token): a deadline or a stop ends the join, not the task, which 
 
 TEST_CASE("join(token): a task<void> joins as result<void>, an exception is rethrown", "[timeout][join]") {
     loop l;
-    run_with_watchdog(l, []() -> task<void> {
+    run(l, []() -> task<void> {
         auto quiet = loop::current().spawn([]() -> task<void> { co_return; }());
         result<void> done = co_await quiet.join();
         CHECK(done);

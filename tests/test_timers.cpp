@@ -1026,7 +1026,7 @@ TEST_CASE("timer: a period of duration::max() never fires instead of firing on e
 
 TEST_CASE("interval: a period of duration::max() gives its first tick, then none", "[timers][overflow]") {
     spindle::loop l;
-    std::error_code second = spindle::test::run_with_watchdog(l, second_tick_of_endless_interval());
+    std::error_code second = spindle::test::run(l, second_tick_of_endless_interval());
     CHECK(second == std::errc::timed_out);
 }
 

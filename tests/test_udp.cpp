@@ -20,7 +20,7 @@ using spindle::result;
 using spindle::task;
 using spindle::with_timeout;
 using spindle::test::bytes_of;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 using steady = std::chrono::steady_clock;
 namespace net = spindle::net;
@@ -189,7 +189,7 @@ TEST_CASE("udp: send_to and recv_from round trip, with the sender's address", "[
     loop l;
     net::udp_socket a = bind_loopback();
     net::udp_socket b = bind_loopback();
-    run_with_watchdog(l, round_trip_main(a, b, s));
+    run(l, round_trip_main(a, b, s));
     CHECK(s.sent == 4u);
     CHECK(s.got == "ping");
     CHECK(s.from == local_of(a));
@@ -204,7 +204,7 @@ TEST_CASE("udp: a datagram larger than the buffer is datagram_truncated", "[udp]
     loop l;
     net::udp_socket a = bind_loopback();
     net::udp_socket b = bind_loopback();
-    run_with_watchdog(l, truncation_main(a, b, s));
+    run(l, truncation_main(a, b, s));
     CHECK(s.error == net::errc::datagram_truncated);
     CHECK(s.head == "0123456789");  // the buffer holds the datagram's first bytes
     CHECK(s.from == local_of(a));   // and the sender is known even so
@@ -220,7 +220,7 @@ TEST_CASE("udp: connected sockets send and recv without addresses and hear only 
     net::udp_socket stranger = bind_loopback();
     REQUIRE(a.connect(local_of(b)).has_value());
     REQUIRE(b.connect(local_of(a)).has_value());
-    run_with_watchdog(l, connected_main(a, b, stranger, s));
+    run(l, connected_main(a, b, stranger, s));
     CHECK(s.b_got == "to b");
     CHECK(s.a_got == "to a");
     CHECK(s.after_stranger == "peer again");
@@ -231,7 +231,7 @@ TEST_CASE("udp: with_timeout on recv_from is timed_out and leaves the socket usa
     loop l;
     net::udp_socket a = bind_loopback();
     net::udp_socket b = bind_loopback();
-    run_with_watchdog(l, recv_timeout_main(a, b, s));
+    run(l, recv_timeout_main(a, b, s));
     CHECK_FALSE(s.has_value);
     CHECK(s.error == std::errc::timed_out);
     CHECK(s.elapsed >= 50ms);
@@ -246,7 +246,7 @@ TEST_CASE("udp: an unbound socket is bound by the kernel on its first send", "[u
     auto sender = net::udp_socket::open(net::address_family::ipv4);
     REQUIRE(sender.has_value());
     net::udp_socket b = bind_loopback();
-    run_with_watchdog(l, unbound_main(*sender, b, s));
+    run(l, unbound_main(*sender, b, s));
     CHECK(s.got == "from nowhere");
     CHECK(s.from.is_loopback());
     CHECK(s.from.port() != 0);
@@ -261,7 +261,7 @@ TEST_CASE("udp: round trip over IPv6 loopback", "[udp][ipv6]") {
     REQUIRE(b.has_value());
     round_trip_state s;
     loop l;
-    run_with_watchdog(l, round_trip_main(*a, *b, s));
+    run(l, round_trip_main(*a, *b, s));
     CHECK(s.got == "ping");
     CHECK(s.from.family() == net::address_family::ipv6);
     CHECK(s.from == local_of(*a));

@@ -22,7 +22,7 @@ using spindle::loop;
 using spindle::result;
 using spindle::task;
 using spindle::test::bytes_of;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 
@@ -173,7 +173,7 @@ TEST_CASE("unix: listener and stream round trip on a path in a fresh directory",
         CHECK(local->family() == net::address_family::unix_path);
         CHECK(local->unix_path() == path);
         CHECK(local->to_string() == "unix:" + path);
-        run_with_watchdog(l, round_trip_main(listener, unix_address(path), s));
+        run(l, round_trip_main(listener, unix_address(path), s));
     }
     CHECK(s.server_got == "ping");
     CHECK(s.client_got == "pong");
@@ -193,7 +193,7 @@ TEST_CASE("unix: listener and stream round trip on an abstract name", "[unix]") 
         REQUIRE(local.has_value());
         CHECK(local->to_string() == "unix:" + name);
         CHECK(local->unix_path().front() == '\0');
-        run_with_watchdog(l, round_trip_main(listener, unix_address(name), s));
+        run(l, round_trip_main(listener, unix_address(name), s));
     }
     CHECK(s.server_got == "ping");
     CHECK(s.client_got == "pong");
@@ -208,7 +208,7 @@ TEST_CASE("unix: pair() gives two connected streams", "[unix]") {
     loop l;
     auto pair = net::unix_stream::pair();
     REQUIRE(pair.has_value());
-    run_with_watchdog(l, pair_main(pair->first, pair->second, s));
+    run(l, pair_main(pair->first, pair->second, s));
     CHECK(s.b_got == "to b");
     CHECK(s.a_got == "to a");
     CHECK(s.eof == 0u);
@@ -270,7 +270,7 @@ TEST_CASE("unix: binding a path that exists is address_in_use and leaves that fi
         CHECK(taken.error() == std::errc::address_in_use);
         // The failed bind did not remove the first listener's file.
         CHECK(kind_of(path) == file_kind::socket);
-        run_with_watchdog(l, round_trip_main(listener, unix_address(path), s));
+        run(l, round_trip_main(listener, unix_address(path), s));
         CHECK(s.client_got == "pong");
     }
     const std::string file = dir.file("file");
@@ -287,11 +287,11 @@ TEST_CASE("unix: connect and bind errors", "[unix]") {
     temp_dir dir;
     std::error_code missing, not_unix, no_listener;
     loop l;
-    run_with_watchdog(l, connect_error(unix_address(dir.file("sock")), missing));
+    run(l, connect_error(unix_address(dir.file("sock")), missing));
     CHECK(missing == std::errc::no_such_file_or_directory);
-    run_with_watchdog(l, connect_error(net::address::ipv4_loopback(1), not_unix));
+    run(l, connect_error(net::address::ipv4_loopback(1), not_unix));
     CHECK(not_unix == net::errc::invalid_address);
-    run_with_watchdog(l, connect_error(unix_address(abstract_name()), no_listener));
+    run(l, connect_error(unix_address(abstract_name()), no_listener));
     CHECK(no_listener == std::errc::connection_refused);
 
     auto tcp = net::unix_listener::bind(net::address::ipv4_loopback(0));

@@ -38,7 +38,7 @@ using spindle::loop_options;
 using spindle::task;
 using spindle::with_timeout;
 using spindle::test::pipe_pair;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 namespace testing = spindle::testing;
 using spindle::test::error_of;
 
@@ -66,7 +66,7 @@ task<std::pair<offset, std::string>> sleep_an_hour() {
 TEST_CASE("virtual time: a task sleeping a simulated hour completes in under 50 ms of wall time", "[virtual_time]") {
     loop l(loop_options{.virtual_time = true});
     const auto wall_start = std::chrono::steady_clock::now();
-    auto [slept, result] = run_with_watchdog(l, sleep_an_hour());
+    auto [slept, result] = run(l, sleep_an_hour());
     const auto wall = std::chrono::steady_clock::now() - wall_start;
     CHECK(wall < 50ms);
     CHECK(slept == 1h);
@@ -94,7 +94,7 @@ task<std::vector<offset>> measure_sleeps() {
 TEST_CASE("virtual time: loop::now() advances exactly by each sleep, and not at all while tasks run", "[virtual_time]") {
     loop l(loop_options{.virtual_time = true});
     const auto start = loop::now();  // outside the loop: the steady clock
-    auto slept = run_with_watchdog(l, measure_sleeps());
+    auto slept = run(l, measure_sleeps());
     const std::vector<offset> expected{1ns, 1us, 1ms, 999ms, 37s, 1h, 24h, 0ns, 5s + 3ns, 0ns};
     CHECK(slept == expected);
     // Outside any loop, now() is the steady clock again: a simulated day and
@@ -137,7 +137,7 @@ task<void> ordering(timeline& t) {
 TEST_CASE("virtual time: timers fire in (deadline, insertion) order across jumps", "[virtual_time]") {
     loop l(loop_options{.virtual_time = true});
     timeline t;
-    run_with_watchdog(l, ordering(t));
+    run(l, ordering(t));
     const std::vector<std::pair<std::string, offset>> expected{
         {"late, at 0.5 s", 500ms}, {"B", 1s}, {"D", 1s}, {"C", 2s}, {"A", 3s}, {"E", 3s}, {"late", 3s},
     };
@@ -157,7 +157,7 @@ task<std::vector<std::pair<std::string, offset>>> timeouts() {
 
 TEST_CASE("virtual time: with_timeout(10s, sleep_for(20s)) times out at exactly +10 s", "[virtual_time][timeout]") {
     loop l(loop_options{.virtual_time = true});
-    auto r = run_with_watchdog(l, timeouts());
+    auto r = run(l, timeouts());
     const std::vector<std::pair<std::string, offset>> expected{{"timed out", 10s}, {"ok", 10s}};
     CHECK(r == expected);
 }
@@ -177,7 +177,7 @@ task<std::pair<std::vector<offset>, std::uint64_t>> sixty_ticks() {
 
 TEST_CASE("virtual time: an interval of 1 s ticks 60 times over a simulated minute", "[virtual_time][interval]") {
     loop l(loop_options{.virtual_time = true});
-    auto [at, periods] = run_with_watchdog(l, sixty_ticks());
+    auto [at, periods] = run(l, sixty_ticks());
     std::vector<offset> expected;
     for (int i = 1; i <= 60; ++i) expected.push_back(std::chrono::seconds(i));
     CHECK(at == expected);
@@ -294,7 +294,7 @@ TEST_CASE("virtual time: run_once(max_wait) with only I/O pending waits at most 
     CHECK_FALSE(wrote.load());
     CHECK_FALSE(reader.done());
     REQUIRE(p.put());
-    REQUIRE(run_with_watchdog(l, [](spindle::join_handle<void>& h) -> task<bool> {
+    REQUIRE(run(l, [](spindle::join_handle<void>& h) -> task<bool> {
         co_await h;
         co_return true;
     }(reader)));
@@ -370,7 +370,7 @@ TEST_CASE("virtual time: the same scenario gives the same event log on every run
     auto first = testing::run(scenario());
     auto second = testing::run(scenario());
     loop l(loop_options{.virtual_time = true});
-    auto third = run_with_watchdog(l, scenario());
+    auto third = run(l, scenario());
     CHECK(first == second);
     CHECK(first == third);
     // Worked out by hand from the sleeps: worker i sleeps ((7i + 3·round) mod 5)·100 + 10 ms,

@@ -41,8 +41,8 @@ using spindle::task;
 using spindle::when_any;
 using spindle::with_timeout;
 using spindle::test::counted;
+using spindle::test::run;
 using spindle::test::run_until;
-using spindle::test::run_with_watchdog;
 using spindle::test::settle;
 
 namespace {
@@ -94,7 +94,7 @@ TEST_CASE("when_any over awaitables: the first to complete wins; the others are 
         co_return e;
     };
     const auto start = spindle::clock::now();
-    race_end e = run_with_watchdog(l, body(ch, ev));
+    race_end e = run(l, body(ch, ev));
     CHECK(spindle::clock::now() - start >= 20ms);
     CHECK(e.index == 1);
     CHECK(e.error == no_error);
@@ -114,7 +114,7 @@ TEST_CASE("when_any over awaitables: a branch ready at the start wins at once; t
         auto r = co_await when_any(ch.receive(), spindle::sleep_for(1h));
         co_return std::pair(r.index(), r.index() == 0 ? *std::get<0>(r) : -1);
     };
-    CHECK(run_with_watchdog(l, body(ch)) == std::pair<std::size_t, int>(0, 7));
+    CHECK(run(l, body(ch)) == std::pair<std::size_t, int>(0, 7));
     CHECK_FALSE(l.has_work());  // the sleep never armed a timer
 
     // A ready branch after a waiting one: the waiting one is withdrawn.
@@ -123,7 +123,7 @@ TEST_CASE("when_any over awaitables: a branch ready at the start wins at once; t
         auto r = co_await when_any(spindle::sleep_for(1h), ch.receive());
         co_return std::pair(r.index(), r.index() == 1 ? *std::get<1>(r) : -1);
     };
-    CHECK(run_with_watchdog(l, body2(ch)) == std::pair<std::size_t, int>(1, 8));
+    CHECK(run(l, body2(ch)) == std::pair<std::size_t, int>(1, 8));
     CHECK_FALSE(l.has_work());
 }
 
@@ -154,7 +154,7 @@ TEST_CASE("when_any over awaitables: with_timeout of a wait and a join_handle as
             auto r = co_await when_any(with_timeout(10ms, ch.receive()), spindle::sleep_for(1h));
             co_return r.index() == 0 ? std::get<0>(r).error() : no_error;
         };
-        CHECK(run_with_watchdog(l, body(ch)) == timed_out);
+        CHECK(run(l, body(ch)) == timed_out);
         CHECK_FALSE(l.has_work());
     }
     SECTION("a branch with a deadline loses: its timer goes") {
@@ -162,7 +162,7 @@ TEST_CASE("when_any over awaitables: with_timeout of a wait and a join_handle as
             auto r = co_await when_any(with_timeout(1h, ch.receive()), spindle::sleep_for(10ms));
             co_return r.index();
         };
-        CHECK(run_with_watchdog(l, body(ch)) == 1);
+        CHECK(run(l, body(ch)) == 1);
         CHECK_FALSE(l.has_work());
     }
     SECTION("a join_handle wins with the task's value") {
@@ -171,7 +171,7 @@ TEST_CASE("when_any over awaitables: with_timeout of a wait and a join_handle as
             auto r = co_await when_any(h, spindle::sleep_for(1h));
             co_return std::pair(r.index(), r.index() == 0 ? std::get<0>(r) : -1);
         };
-        CHECK(run_with_watchdog(l, body()) == std::pair<std::size_t, int>(0, 9));
+        CHECK(run(l, body()) == std::pair<std::size_t, int>(0, 9));
     }
     SECTION("a join_handle loses: the task runs on and can be joined later") {
         auto body = []() -> task<std::pair<std::size_t, int>> {
@@ -180,7 +180,7 @@ TEST_CASE("when_any over awaitables: with_timeout of a wait and a join_handle as
             const int later = co_await h;
             co_return std::pair(r.index(), later);
         };
-        CHECK(run_with_watchdog(l, body()) == std::pair<std::size_t, int>(1, 11));
+        CHECK(run(l, body()) == std::pair<std::size_t, int>(1, 11));
     }
     CHECK(counted::alive == 0);
 }
@@ -330,7 +330,7 @@ TEST_CASE("when_any over awaitables: cancelling the awaiting task cancels every 
             e.index = r->index();
             co_return e;
         };
-        race_end e = run_with_watchdog(l, body(ch, ev));
+        race_end e = run(l, body(ch, ev));
         REQUIRE(e.done);
         // The deadline cut the race short: with_timeout's own result says so
         // (the variant, whose first branch saw operation_canceled, is dropped).
@@ -365,7 +365,7 @@ TEST_CASE("when_any over awaitables: cancelling the awaiting task cancels every 
             result<void> r = co_await with_timeout(5ms, late(ch, e));
             co_return r ? std::error_code{} : r.error();
         };
-        CHECK(run_with_watchdog(l, body(ch, e)) == timed_out);
+        CHECK(run(l, body(ch, e)) == timed_out);
         REQUIRE(e.done);
         CHECK(e.index == 0);
         CHECK(e.error == canceled);
@@ -387,7 +387,7 @@ TEST_CASE("when_any over awaitables: an exception wins and is rethrown; the othe
             }
             co_return "no exception";
         };
-        CHECK(run_with_watchdog(l, body()) == "branch failed");
+        CHECK(run(l, body()) == "branch failed");
     }
     SECTION("a wait that cannot start") {
         spindle::broadcast_sender<int> tx(4);
@@ -406,7 +406,7 @@ TEST_CASE("when_any over awaitables: an exception wins and is rethrown; the othe
             busy.abort();
             co_return what;
         };
-        CHECK(run_with_watchdog(l, body(rx)) == "spindle: a broadcast_receiver serves one receive at a time");
+        CHECK(run(l, body(rx)) == "spindle: a broadcast_receiver serves one receive at a time");
     }
     CHECK_FALSE(l.has_work());
 }

@@ -40,7 +40,7 @@ using spindle::task;
 using spindle::test::bytes_of;
 using spindle::test::fill_pattern;
 using spindle::test::pattern_mismatch;
-using spindle::test::run_with_watchdog;
+using spindle::test::run;
 using spindle::test::text_of;
 namespace net = spindle::net;
 
@@ -188,7 +188,7 @@ TEMPLATE_TEST_CASE("write: text, bytes and gather writes arrive in order over ev
     INFO(TestType::name);
     text_state s;
     loop l;
-    run_with_watchdog(l, text_main<TestType>(s), 30s);
+    run(l, text_main<TestType>(s), 30s);
     CHECK(s.received.size() == s.expected.size());
     CHECK(s.received == s.expected);
     CHECK(s.timed_out == std::errc::timed_out);
@@ -286,7 +286,7 @@ task<void> partial_main(partial_state& s) {
 TEST_CASE("write: a gather write reaches the kernel as one vectored send", "[write][vectored]") {
     one_send_state s;
     loop l;
-    run_with_watchdog(l, one_send_main(s));
+    run(l, one_send_main(s));
     CHECK(s.received == "HEAD " + std::string(1000, 'b') + "\r\n");
     if (!readiness_backend(l)) {
         // One request on the ring; what the kernel does with it is not seen here.
@@ -301,7 +301,7 @@ TEST_CASE("write: a gather write reaches the kernel as one vectored send", "[wri
 TEST_CASE("write: pieces crossing partial sends to a slow reader on small buffers arrive intact", "[write][vectored]") {
     partial_state s;
     loop l;
-    run_with_watchdog(l, partial_main(s), 60s);
+    run(l, partial_main(s), 60s);
     CHECK(s.pieces == 48u);
     CHECK(s.received == s.total);
     CHECK(s.mismatch == std::string::npos);
@@ -347,7 +347,7 @@ TEMPLATE_TEST_CASE("write: a gather write to a closed peer is broken_pipe or con
     spindle::test::sigpipe_kills dfl;  // a SIGPIPE would end this program
     closed_state s;
     loop l;
-    run_with_watchdog(l, closed_peer_main<TestType>(s));
+    run(l, closed_peer_main<TestType>(s));
     CAPTURE(s.error.message(), s.attempts);
     CHECK((s.error == std::errc::broken_pipe || s.error == std::errc::connection_reset));
 }
@@ -404,7 +404,7 @@ task<void> allocation_main(allocation_state& s) {
 TEST_CASE("write: gather writes of a few pieces allocate nothing once the frame pool is warm", "[write][allocation]") {
     allocation_state s;
     loop l;
-    run_with_watchdog(l, allocation_main(s));
+    run(l, allocation_main(s));
     CHECK(s.all_written);
     CHECK(s.all_read);
     CHECK(s.received == "head body tail\n1234567\ntext\n");
