@@ -38,12 +38,10 @@ bool context_state::keep_session(const std::string& key, SSL_SESSION* s) {
     return true;
 }
 
-SSL_SESSION* context_state::session_for(const std::string& key) const {
+SSL_SESSION* context_state::session_copy_for(const std::string& key) const {
     const std::lock_guard lock(sessions_lock);
     auto it = sessions.find(key);
-    if (it == sessions.end()) return nullptr;
-    SSL_SESSION_up_ref(it->second);
-    return it->second;
+    return it == sessions.end() ? nullptr : SSL_SESSION_dup(it->second);
 }
 
 }  // namespace detail

@@ -33,8 +33,11 @@ struct context_state {
 
     /// Takes over `s` as the session to offer `key` next (true), or leaves it.
     bool keep_session(const std::string& key, SSL_SESSION* s);
-    /// The session to offer `key`, with a reference for the caller, or null.
-    SSL_SESSION* session_for(const std::string& key) const;
+    /// A copy of the session to offer `key`, the caller's own, or null. The
+    /// copy is made under the lock: a cached session is only ever read or
+    /// freed there, so no reference to it outlives the lock (OpenSSL's own
+    /// reference counts are atomics a thread checker cannot see).
+    SSL_SESSION* session_copy_for(const std::string& key) const;
 };
 
 }  // namespace spindle::tls::detail

@@ -84,15 +84,12 @@ result<std::shared_ptr<session>> session::make(const context& ctx, std::string_v
         s->m_cache_key = name;
         SSL_set_app_data(s->m_ssl, &s->m_cache_key);
         if (state.options.session_resumption && !name.empty()) {
-            if (SSL_SESSION* cached = state.session_for(name)) {
-                // A copy of its own: OpenSSL marks a connection's session not
-                // resumable when the connection ends badly, and the cached one
-                // must stay good for every other thread's next connection.
-                if (SSL_SESSION* copy = SSL_SESSION_dup(cached)) {
-                    SSL_set_session(s->m_ssl, copy);
-                    SSL_SESSION_free(copy);
-                }
-                SSL_SESSION_free(cached);
+            // A copy of its own: OpenSSL marks a connection's session not
+            // resumable when the connection ends badly, and the cached one
+            // must stay good for every other thread's next connection.
+            if (SSL_SESSION* copy = state.session_copy_for(name)) {
+                SSL_set_session(s->m_ssl, copy);
+                SSL_SESSION_free(copy);
             }
         }
     }
