@@ -358,6 +358,45 @@ void bench_generator() {
     std::printf("generator ns_per_op=%.1f values=%ld consumers=1 task_budget=128\n", ns, n);
 }
 
+// --- offload: an empty job to the pool and back -----------------------------------
+
+spindle::task<void> offload_serial(long n) {
+    auto empty = [] {};
+    for (long i = 0; i < n; ++i) (void)co_await spindle::offload(empty);
+}
+
+void bench_offload() {
+    constexpr long n = 20'000;
+    constexpr long in_flight = 16;
+    {
+        // Warm the pool: its threads start on first use.
+        spindle::loop loop;
+        loop.block_on(offload_serial(100));
+    }
+    // Process CPU: the pool's threads, spinning for work included.
+    const double c0 = cpu_ns();
+    const double serial = median_of(5, [&] {
+        spindle::loop loop;
+        const double t0 = wall_ns();
+        loop.block_on(offload_serial(n));
+        return (wall_ns() - t0) / n;
+    });
+    const double cpu_per_op = (cpu_ns() - c0) / (5.0 * n);
+    const double parallel = median_of(5, [&] {
+        spindle::loop loop;
+        const double t0 = wall_ns();
+        loop.block_on([](long each) -> spindle::task<void> {
+            std::vector<spindle::join_handle<void>> workers;
+            for (long i = 0; i < in_flight; ++i)
+                workers.push_back(spindle::loop::current().spawn(offload_serial(each)));
+            for (auto& w : workers) co_await w;
+        }(n / in_flight));
+        return (wall_ns() - t0) / n;
+    });
+    std::printf("offload ns_per_op=%.1f round_trip_empty_job cpu_ns_per_op=%.1f in_flight_16_ns_per_op=%.1f\n", serial,
+                cpu_per_op, parallel);
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -373,6 +412,7 @@ constexpr bench_case cases[] = {
     {"mutex", &bench_mutex},
     {"channel", &bench_channel},
     {"generator", &bench_generator},
+    {"offload", &bench_offload},
 };
 
 }  // namespace

@@ -8,7 +8,9 @@
 // decimal comma does not parse as a float.
 
 #include <spindle/metrics.hpp>
+#include <spindle/offload.hpp>
 
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -193,22 +195,24 @@ void append_sample(std::string& out, std::string_view name, std::string_view suf
     out += '\n';
 }
 
-/// The cumulative buckets, sum and count of one loop's resume durations.
-/// Bucket i holds resumes shorter than upper_bound(i); durations are whole
-/// nanoseconds, so "shorter than b" and Prometheus's "at most b" differ only
-/// for a resume of exactly b, which is as good as nothing at this resolution.
-void append_histogram(std::string& out, const run_time_histogram& h, bool has_loop, std::size_t loop) {
+/// The cumulative buckets, sum and count of one histogram of durations
+/// (a loop's resumes, a pool's jobs). Bucket i holds durations shorter than
+/// upper_bound(i); durations are whole nanoseconds, so "shorter than b" and
+/// Prometheus's "at most b" differ only for a duration of exactly b, which is
+/// as good as nothing at this resolution.
+void append_histogram(std::string& out, std::string_view name, const run_time_histogram& h, bool has_loop,
+                      std::size_t loop) {
     std::uint64_t cumulative = 0;
     char digits[32];
     for (std::size_t i = 0; i + 1 < run_time_buckets; ++i) {
         cumulative += h.counts[i];
         const sample_labels labels{has_loop, loop, "le", format_double(seconds(run_time_histogram::upper_bound(i)), digits)};
-        append_sample(out, resume_duration_name, "_bucket", labels, count_of(cumulative));
+        append_sample(out, name, "_bucket", labels, count_of(cumulative));
     }
     cumulative += h.counts[run_time_buckets - 1];
-    append_sample(out, resume_duration_name, "_bucket", {has_loop, loop, "le", "+Inf"}, count_of(cumulative));
-    append_sample(out, resume_duration_name, "_sum", {has_loop, loop, {}, {}}, time_of(h.total));
-    append_sample(out, resume_duration_name, "_count", {has_loop, loop, {}, {}}, count_of(cumulative));
+    append_sample(out, name, "_bucket", {has_loop, loop, "le", "+Inf"}, count_of(cumulative));
+    append_sample(out, name, "_sum", {has_loop, loop, {}, {}}, time_of(h.total));
+    append_sample(out, name, "_count", {has_loop, loop, {}, {}}, count_of(cumulative));
 }
 
 /// `labelled`: several loops, each sample with loop="i" (also for a span of one).
@@ -241,12 +245,51 @@ std::string render(std::span<const loop_metrics> loops, bool labelled) {
     if (any_run_times) {
         append_family_header(out, resume_duration_name, "histogram", "How long the loop's resumes of tasks took.");
         for (std::size_t i = 0; i < loops.size(); ++i)
-            if (loops[i].has_run_times) append_histogram(out, loops[i].run_times, labelled, i);
+            if (loops[i].has_run_times) append_histogram(out, resume_duration_name, loops[i].run_times, labelled, i);
     }
     return out;
 }
 
+/// A family of an offload pool, with one sample per job kind.
+struct per_kind_family {
+    std::string_view name;
+    std::string_view help;
+    const std::array<std::size_t, job_kind_count> offload_stats::*counts;
+};
+
+constexpr per_kind_family per_kind_families[] = {
+    {"spindle_offload_queued_jobs", "Jobs in the pool's queue, by kind.", &offload_stats::queued},
+    {"spindle_offload_waiting_jobs", "Callers waiting for room in a full queue, by kind.", &offload_stats::waiting},
+    {"spindle_offload_running_jobs", "Jobs running now, by kind.", &offload_stats::running},
+};
+
 }  // namespace
+
+std::string to_prometheus(const offload_stats& s) {
+    std::string out;
+    out.reserve(s.has_job_times ? 3072 : 1536);
+    append_family_header(out, "spindle_offload_threads", "gauge", "Threads of the offload pool.");
+    append_sample(out, "spindle_offload_threads", {}, {}, count_of(s.threads));
+    append_family_header(out, "spindle_offload_busy_threads", "gauge", "Threads of the offload pool running a job.");
+    append_sample(out, "spindle_offload_busy_threads", {}, {}, count_of(s.busy));
+    for (const per_kind_family& family : per_kind_families) {
+        append_family_header(out, family.name, "gauge", family.help);
+        for (std::size_t k = 0; k < job_kind_count; ++k)
+            append_sample(out, family.name, {}, {false, 0, "kind", to_string(static_cast<job_kind>(k))},
+                          count_of((s.*family.counts)[k]));
+    }
+    append_family_header(out, "spindle_offload_jobs_run_total", "counter", "Jobs the pool ran to their end.");
+    append_sample(out, "spindle_offload_jobs_run_total", {}, {}, count_of(s.jobs_run));
+    append_family_header(out, "spindle_offload_jobs_withdrawn_total", "counter",
+                         "Jobs withdrawn (cancelled) before they started.");
+    append_sample(out, "spindle_offload_jobs_withdrawn_total", {}, {}, count_of(s.jobs_withdrawn));
+    if (s.has_job_times) {
+        constexpr std::string_view name = "spindle_offload_job_duration_seconds";
+        append_family_header(out, name, "histogram", "How long the pool's jobs ran.");
+        append_histogram(out, name, s.job_times, false, 0);
+    }
+    return out;
+}
 
 std::string to_prometheus(const loop_metrics& m) { return render(std::span(&m, 1), false); }
 

@@ -195,6 +195,34 @@ void bench_post_cross_thread() {
     std::printf("post_cross_thread ns_per_op=%.1f posts=%ld producers=1\n", ns, n);
 }
 
+// offload: an empty job posted to a thread_pool, the coroutine resuming on
+// its io_context afterwards (an awaitable's completion goes through its own
+// executor): one at a time, then 16 in flight.
+asio::awaitable<void> offload_chain(asio::thread_pool& pool, long n) {
+    for (long i = 0; i < n; ++i) co_await asio::post(pool.get_executor(), asio::use_awaitable);
+}
+
+void bench_offload() {
+    constexpr long n = 20'000;
+    constexpr long in_flight = 16;
+    asio::thread_pool pool(4);
+    auto round = [&](long chains) {
+        asio::io_context io(1);
+        const double t0 = wall_ns();
+        for (long i = 0; i < chains; ++i) asio::co_spawn(io, offload_chain(pool, n / chains), asio::detached);
+        io.run();
+        return (wall_ns() - t0) / n;
+    };
+    round(1);  // warm the pool
+    const double c0 = cpu_ns();
+    const double serial = median_of(5, [&] { return round(1); });
+    const double cpu_per_op = (cpu_ns() - c0) / (5.0 * n);
+    const double parallel = median_of(5, [&] { return round(in_flight); });
+    std::printf("offload ns_per_op=%.1f round_trip_empty_job cpu_ns_per_op=%.1f in_flight_16_ns_per_op=%.1f\n", serial,
+                cpu_per_op, parallel);
+    pool.join();
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -207,6 +235,7 @@ constexpr bench_case cases[] = {
     {"timers_cancel", &bench_timers_cancel},
     {"sleeping_tasks", &bench_sleeping_tasks},
     {"post_cross_thread", &bench_post_cross_thread},
+    {"offload", &bench_offload},
 };
 
 }  // namespace

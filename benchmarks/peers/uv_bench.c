@@ -87,17 +87,72 @@ static void bench_timers_cancel(void) {
     free(timers);
 }
 
+/* offload: an empty job through uv_queue_work and back, one at a time, then
+ * 16 in flight (libuv's pool has 4 threads by default). */
+#define OFFLOAD_JOBS 20000L
+#define OFFLOAD_IN_FLIGHT 16
+
+static long offload_left; /* jobs still to start */
+static void empty_work(uv_work_t* w) { (void)w; }
+static void after_empty_work(uv_work_t* w, int status) {
+    (void)status;
+    if (offload_left > 0) {
+        --offload_left;
+        uv_queue_work(w->loop, w, empty_work, after_empty_work);
+    }
+}
+
+static double offload_round(long in_flight) {
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    uv_work_t work[OFFLOAD_IN_FLIGHT];
+    /* `in_flight` chains: each job, once done, queues the next while jobs
+     * remain, OFFLOAD_JOBS in all. */
+    offload_left = OFFLOAD_JOBS - in_flight;
+    double t0 = wall_ns();
+    for (long i = 0; i < in_flight; ++i) uv_queue_work(&loop, &work[i], empty_work, after_empty_work);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    double ns = (wall_ns() - t0) / OFFLOAD_JOBS;
+    uv_loop_close(&loop);
+    return ns;
+}
+
+static int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static double median_offload(long in_flight) {
+    double v[5];
+    for (int i = 0; i < 5; ++i) v[i] = offload_round(in_flight);
+    qsort(v, 5, sizeof v[0], compare_doubles);
+    return v[2];
+}
+
+static void bench_offload(void) {
+    offload_round(1); /* warm the pool: its threads start on first use */
+    double c0 = cpu_ns();
+    double serial = median_offload(1);
+    double cpu_per_op = (cpu_ns() - c0) / (5.0 * OFFLOAD_JOBS);
+    double parallel = median_offload(OFFLOAD_IN_FLIGHT);
+    printf("offload ns_per_op=%.1f round_trip_empty_job cpu_ns_per_op=%.1f in_flight_16_ns_per_op=%.1f\n", serial,
+           cpu_per_op, parallel);
+}
+
 int main(int argc, char** argv) {
     int all = argc == 1;
     for (int i = 1; i < argc; ++i) all = all || strcmp(argv[i], "all") == 0;
-    int want_fire = all, want_cancel = all;
+    int want_fire = all, want_cancel = all, want_offload = all;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "timers_fire") == 0) want_fire = 1;
         if (strcmp(argv[i], "timers_cancel") == 0) want_cancel = 1;
+        if (strcmp(argv[i], "offload") == 0) want_offload = 1;
     }
     if (want_fire) bench_timers_fire();
     fflush(stdout);
     if (want_cancel) bench_timers_cancel();
+    fflush(stdout);
+    if (want_offload) bench_offload();
     (void)wall_ns;
     return 0;
 }

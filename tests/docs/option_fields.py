@@ -16,6 +16,8 @@ STRUCTS = [
     ("loop_options", "runtime/include/spindle/loop.hpp", "docs/runtime.md"),
     ("loop_group_options", "runtime/include/spindle/loop_group.hpp", "docs/multicore.md"),
     ("run_options", "runtime/include/spindle/testing.hpp", "docs/testing.md"),
+    ("offload_pool_options", "runtime/include/spindle/offload.hpp", "docs/offload.md"),
+    ("job_options", "runtime/include/spindle/offload.hpp", "docs/offload.md"),
     ("listen_options", "net/include/spindle/net/listener.hpp", "docs/net.md"),
     ("resolve_hints", "net/include/spindle/net/resolve.hpp", "docs/net.md"),
     ("context_options", "net/tls/include/spindle/tls/context.hpp", "docs/tls.md"),

@@ -16,6 +16,8 @@ enum class errc {
     /// were overwritten; broadcast_result::missed() says how many. The next
     /// receive gives the oldest value still held.
     receiver_lagged = 2,
+    /// The offload pool was destroyed before the job could run.
+    pool_closed = 3,
 };
 
 namespace detail {
@@ -27,6 +29,7 @@ public:
         switch (static_cast<errc>(value)) {
             case errc::channel_closed: return "channel closed";
             case errc::receiver_lagged: return "receiver lagged: values were overwritten before it read them";
+            case errc::pool_closed: return "offload pool closed before the job ran";
         }
         return "unknown spindle error";
     }

@@ -16,7 +16,9 @@
 #include <spindle/loop_group.hpp>
 #include <spindle/loop_thread.hpp>
 #include <spindle/mutex.hpp>
+#include <spindle/offload.hpp>
 #include <spindle/park.hpp>
+#include <spindle/race.hpp>
 #include <spindle/readiness.hpp>
 #include <spindle/result.hpp>
 #include <spindle/semaphore.hpp>
@@ -28,5 +30,4 @@
 #include <spindle/timer.hpp>
 #include <spindle/watcher.hpp>
 #include <spindle/when_all.hpp>
-#include <spindle/race.hpp>
 #include <spindle/when_any.hpp>
