@@ -1,19 +1,13 @@
-#include <spindle/loop.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/resolve.hpp>
-#include <spindle/park.hpp>
-#include <spindle/remote_answer.hpp>
+#include <spindle/offload.hpp>
 
-#include <atomic>
+#include <netdb.h>
+
 #include <charconv>
 #include <optional>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <netdb.h>
-#include <thread>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace spindle::net {
@@ -22,52 +16,10 @@ namespace {
 
 using lookup_result = result<std::vector<address>>;
 
-// One lookup, shared by the awaiting task and the worker running it; the
-// answer travels back to the task's loop as a remote_answer.
-struct lookup : remote_answer<lookup_result> {
+struct lookup {
     std::string host;
     std::string service;
     resolve_hints hints;
-};
-
-class resolver_pool {
-public:
-    static resolver_pool& instance() {
-        static resolver_pool pool;
-        return pool;
-    }
-
-    void submit(std::shared_ptr<lookup> job) {
-        {
-            std::lock_guard lock(m_mutex);
-            if (m_workers.empty())
-                for (int i = 0; i < worker_count; ++i) m_workers.emplace_back([this] { work(); });
-            m_jobs.push_back(std::move(job));
-        }
-        m_wake.notify_one();
-    }
-
-    ~resolver_pool() {
-        {
-            std::lock_guard lock(m_mutex);
-            m_stopping = true;
-        }
-        m_wake.notify_all();
-        for (auto& t : m_workers) t.join();
-    }
-
-private:
-    // getaddrinfo is slow only when it goes to the network; two workers keep
-    // one slow lookup from holding up every other.
-    static constexpr int worker_count = 2;
-
-    void work();
-
-    std::mutex m_mutex;
-    std::condition_variable m_wake;
-    std::deque<std::shared_ptr<lookup>> m_jobs;
-    std::vector<std::thread> m_workers;
-    bool m_stopping = false;
 };
 
 lookup_result run_lookup(const lookup& job) {
@@ -99,51 +51,6 @@ lookup_result run_lookup(const lookup& job) {
     return found;
 }
 
-// The awaiting task parks on this until a worker answers (through a post to
-// the loop) or the wait is cancelled.
-class resolve_wait : public waiter {
-public:
-    explicit resolve_wait(std::shared_ptr<lookup> job) noexcept : m_job(std::move(job)) {}
-
-    void on_park() {
-        m_job->attach(*this);
-        resolver_pool::instance().submit(m_job);
-    }
-    void on_cancel() noexcept {
-        m_job->detach();
-        complete_cancelled();
-    }
-    void on_abandon() noexcept { m_job->detach(); }
-    void describe(std::string& out) const { out += "resolve " + m_job->host; }
-    lookup_result take() {
-        if (cancelled()) return cancelled_error();
-        return m_job->take();
-    }
-
-private:
-    std::shared_ptr<lookup> m_job;
-};
-
-void resolver_pool::work() {
-    for (;;) {
-        std::shared_ptr<lookup> job;
-        {
-            std::unique_lock lock(m_mutex);
-            m_wake.wait(lock, [&] { return m_stopping || !m_jobs.empty(); });
-            if (m_jobs.empty()) return;
-            job = std::move(m_jobs.front());
-            m_jobs.pop_front();
-        }
-        if (!job->awaited()) continue;  // nobody waits any more
-        try {
-            job->give(run_lookup(*job));
-        } catch (...) {
-            // No memory for the answer's post: the wait goes on until it is
-            // cancelled, as it would for a lookup that never ends.
-        }
-    }
-}
-
 std::optional<address> numeric(const std::string& host, const std::string& service, address_family family) {
     unsigned port = 0;
     auto [end, ec] = std::from_chars(service.data(), service.data() + service.size(), port);
@@ -158,11 +65,11 @@ std::optional<address> numeric(const std::string& host, const std::string& servi
 
 task<result<std::vector<address>>> resolve(std::string host, std::string service, resolve_hints hints, std::stop_token token) {
     if (std::optional<address> a = numeric(host, service, hints.family)) co_return std::vector<address>{*a};
-    auto job = std::make_shared<lookup>();
-    job->host = std::move(host);
-    job->service = std::move(service);
-    job->hints = hints;
-    co_return co_await parked<resolve_wait>(std::move(token), std::move(job));
+    // The job owns its strings, so a cancelled lookup can end at once and
+    // leave getaddrinfo to finish alone (it cannot be interrupted).
+    auto job = [l = lookup{std::move(host), std::move(service), hints}] { return run_lookup(l); };
+    co_return co_await offload(std::move(job), job_options{.kind = job_kind::lookup, .detach_on_cancel = true},
+                               std::move(token));
 }
 
 }  // namespace spindle::net

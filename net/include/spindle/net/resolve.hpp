@@ -1,10 +1,11 @@
 #pragma once
-/// Name resolution. getaddrinfo(3) blocks, so it runs on a small pool of worker
-/// threads shared by the process (two, started on first use); the awaiting
-/// task resumes on its own loop. Numeric hosts are parsed in place, without
-/// the pool. Failures are errc::resolve_failed, or the OS error for EAI_SYSTEM.
-/// A cancelled resolution completes at once with operation_canceled; the
-/// worker's late answer is dropped.
+/// Name resolution. getaddrinfo(3) blocks, so it runs on the offload pool
+/// (offload.hpp) as a lookup job: at most half the pool's threads resolve at
+/// once, so slow DNS cannot starve file work. The awaiting task resumes on
+/// its own loop. Numeric hosts are parsed in place, without the pool.
+/// Failures are errc::resolve_failed, or the OS error for EAI_SYSTEM. A
+/// cancelled resolution completes at once with operation_canceled; the
+/// lookup's late answer is dropped.
 
 #include <spindle/net/address.hpp>
 #include <spindle/task.hpp>
