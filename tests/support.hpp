@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -190,6 +191,18 @@ struct counted {
         ++constructed;
     }
     ~counted() { --alive; }
+};
+
+/// counted for any thread: a capture copied to a loop group's thread, a
+/// value an offload job makes and a pool thread destroys.
+struct tracked {
+    static inline std::atomic<int> alive{0};
+    tracked() noexcept { ++alive; }
+    tracked(const tracked&) noexcept { ++alive; }
+    tracked(tracked&&) noexcept { ++alive; }
+    ~tracked() { --alive; }
+    tracked& operator=(const tracked&) = default;
+    int value() const noexcept { return 7; }
 };
 
 /// Runs ticks until `done()` holds; false if it does not within `limit`.

@@ -30,19 +30,10 @@ using spindle::async_generator;
 using spindle::loop;
 using spindle::loop_group;
 using spindle::task;
+using spindle::test::tracked;
 
 namespace {
 
-/// A capture that counts the live copies of itself, on any thread.
-struct tracked {
-    static inline std::atomic<int> alive{0};
-    tracked() noexcept { ++alive; }
-    tracked(const tracked&) noexcept { ++alive; }
-    tracked(tracked&&) noexcept { ++alive; }
-    ~tracked() { --alive; }
-    tracked& operator=(const tracked&) = default;
-    int value() const noexcept { return 7; }
-};
 
 constexpr bool temporaries_ok = SPINDLE_CO_AWAIT_TEMPORARIES_OK != 0;
 

@@ -37,6 +37,7 @@ using spindle::result;
 using spindle::task;
 using spindle::test::run;
 using spindle::test::run_until;
+using spindle::test::tracked;
 
 namespace {
 
@@ -64,14 +65,6 @@ private:
     std::atomic<int> m_entered{0};
 };
 
-/// Counts live instances across threads (a job's value may die on a pool thread).
-struct tracked {
-    static inline std::atomic<int> alive{0};
-    tracked() noexcept { ++alive; }
-    tracked(const tracked&) noexcept { ++alive; }
-    tracked(tracked&&) noexcept { ++alive; }
-    ~tracked() { --alive; }
-};
 
 template <class F>
 using answer_of = typename spindle::detail::offload_wait<F>::answer_type;
