@@ -34,7 +34,6 @@ using spindle::test::tracked;
 
 namespace {
 
-
 constexpr bool temporaries_ok = SPINDLE_CO_AWAIT_TEMPORARIES_OK != 0;
 
 void skip_temporary_form() {

@@ -65,7 +65,6 @@ private:
     std::atomic<int> m_entered{0};
 };
 
-
 template <class F>
 using answer_of = typename spindle::detail::offload_wait<F>::answer_type;
 
