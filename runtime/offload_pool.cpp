@@ -102,15 +102,16 @@ public:
         }
     }
 
-    std::error_code submit(offload_job& job, waiter& w, loop_core& core) {
+    /// `w` null: a detached job, which nobody waits for.
+    std::error_code submit(offload_job& job, waiter* w, loop_core* core) {
         const auto k = static_cast<std::size_t>(job.m_kind);
         bool wake = false;
         {
             std::lock_guard lock(m_mutex);
             if (m_closed) return make_error_code(errc::pool_closed);
             job.m_pool = shared_from_this();
-            job.m_waiter = &w;
-            job.m_core = &core;
+            job.m_waiter = w;
+            job.m_core = core;
             job.m_seq = ++m_seq;
             if (m_queued[k].size < m_options.max_queued) {
                 job.m_status = offload_job::status::queued;
@@ -168,7 +169,13 @@ public:
     void abandon(offload_job& job) noexcept {
         bool withdrawn = false;
         {
-            std::lock_guard lock(m_mutex);
+            std::unique_lock lock(m_mutex);
+            if (job.m_hold_on_abandon && job.m_status == offload_job::status::running) {
+                // It writes into the frame about to go: wait for its end.
+                ++m_holding;
+                m_job_ended.wait(lock, [&] { return job.m_status != offload_job::status::running; });
+                --m_holding;
+            }
             job.m_waiter = nullptr;
             if (job.m_status == offload_job::status::waiting || job.m_status == offload_job::status::queued) {
                 unlink(job);
@@ -359,7 +366,6 @@ private:
             std::lock_guard lock(m_mutex);
             const auto k = static_cast<std::size_t>(job.m_kind);
             --m_running[k];
-            --m_busy;
             ++m_jobs_run;
             if (timed) {
                 const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took);
@@ -368,9 +374,15 @@ private:
                 m_job_times.max = std::max(m_job_times.max, ns);
             }
             dropped = !answer(job);
+            if (!dropped) --m_busy;
+            if (m_holding > 0) m_job_ended.notify_all();
         }
-        // Nobody waits: the value (and what it owns) is destroyed here.
-        if (dropped) release_job(job);
+        if (!dropped) return;
+        // Nobody waits: the value (and what it owns) is destroyed here, and
+        // the thread counts as busy until it is gone.
+        release_job(job);
+        std::lock_guard lock(m_mutex);
+        --m_busy;
     }
 
     using clock = std::chrono::steady_clock;
@@ -392,6 +404,8 @@ private:
     std::uint64_t m_jobs_withdrawn = 0;
     run_time_histogram m_job_times;
     bool m_closed = false;
+    unsigned m_holding = 0;  // frames waiting for their running job to end
+    std::condition_variable m_job_ended;
     // Jobs queued, for spinning threads to read without the mutex.
     std::atomic<std::size_t> m_queued_hint{0};
 };
@@ -403,7 +417,15 @@ detail::pool_state& pool_of(offload_pool* pool) noexcept { return *(pool ? pool 
 namespace detail {
 
 std::error_code submit_job(offload_pool* pool, offload_job& job, waiter& w, loop_core& core) {
-    return pool_of(pool).submit(job, w, core);
+    return pool_of(pool).submit(job, &w, &core);
+}
+
+bool submit_detached(offload_pool* pool, offload_job& job) noexcept {
+    try {
+        return !pool_of(pool).submit(job, nullptr, nullptr);
+    } catch (...) {
+        return false;  // the shared pool could not be made
+    }
 }
 
 bool cancel_job(offload_job& job) noexcept { return job.m_pool ? job.m_pool->cancel(job) : false; }

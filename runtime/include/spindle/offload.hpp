@@ -87,7 +87,7 @@ struct offload_pool_options {
 /// A snapshot of a pool.
 struct offload_stats {
     std::size_t threads = 0;
-    /// Threads running a job now.
+    /// Threads running a job now (or releasing the value nobody waits for).
     std::size_t busy = 0;
     /// Per kind: jobs in the queue, callers waiting beyond max_queued, and
     /// jobs running.
@@ -167,6 +167,9 @@ struct offload_job : post_node {
     job_kind m_kind = job_kind::blocking;
     bool m_detach_on_cancel = false;
     bool m_cancel_requested = false;
+    /// The job writes into its wait's frame (a file read's buffer): a frame
+    /// destroyed while it runs waits for it to end (abandon_job).
+    bool m_hold_on_abandon = false;
     /// Runs the callable on a pool thread, keeps its outcome, destroys it.
     void (*m_run)(offload_job&) noexcept = nullptr;
     void (*m_delete)(offload_job&) noexcept = nullptr;
@@ -177,8 +180,13 @@ std::error_code submit_job(offload_pool* pool, offload_job& job, waiter& w, loop
 /// Loop thread: the wait is cancelled. True: the wait ends now (the job was
 /// withdrawn, or detached from); false: it ends with the job.
 bool cancel_job(offload_job& job) noexcept;
-/// Loop thread: the wait's frame goes.
+/// Loop thread: the wait's frame goes. Returns at once, unless the job is
+/// running and holds its frame (m_hold_on_abandon): then when it ends.
 void abandon_job(offload_job& job) noexcept;
+/// Any thread: runs `job` with nobody waiting for it (a close in the
+/// background). False: the pool is closed or has no thread, and the caller
+/// keeps the job.
+bool submit_detached(offload_pool* pool, offload_job& job) noexcept;
 
 inline void release_job(offload_job& job) noexcept {
     if (job.m_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) job.m_delete(job);
