@@ -63,6 +63,7 @@ bool epoll_backend::ensure_registered(int fd, fd_state& st) {
 }
 
 bool epoll_backend::submit(operation& op) {
+    if (is_file_op(op.code)) return complete_now(op, -EOPNOTSUPP);  // never on the loop's thread
     if (op.fd < 0) return complete_now(op, -EBADF);
     op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);
@@ -71,6 +72,19 @@ bool epoll_backend::submit(operation& op) {
         // itself; an existing one only reports changes, so ask the kernel now.
         const bool fresh = ensure_registered(op.fd, st);
         return start_poll(op, st, fresh ? 0 : ready_now(op.fd, op.events));
+    }
+    if (!st.watched && (op.code == op_code::read || op.code == op_code::write || op.code == op_code::readv ||
+                        op.code == op_code::writev)) {
+        // Maybe a regular file, which is always ready: the syscall would wait
+        // for the disk on the loop's thread. epoll refuses to watch one
+        // (EPERM), so registering first tells, once per descriptor; sockets
+        // and pipes wait through this registration anyway. Any other error
+        // (a closed descriptor) is the syscall's to report.
+        try {
+            ensure_registered(op.fd, st);
+        } catch (const std::system_error& e) {
+            if (e.code().value() == EPERM) throw;
+        }
     }
     if (!drained_for(op, st) && attempt(op, st)) return true;
     ensure_registered(op.fd, st);

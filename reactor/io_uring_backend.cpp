@@ -13,9 +13,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdexcept>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -28,6 +30,8 @@ namespace {
 // read(2) and write(2) never move more than this in one call (MAX_RW_COUNT);
 // a request's length is 32 bits, so larger spans are cut the same way.
 constexpr std::size_t max_rw = 0x7ffff000;
+
+unsigned file_size(const operation& op) noexcept { return static_cast<unsigned>(std::min(op.args.file->size, max_rw)); }
 
 unsigned poll_mask(std::uint32_t events) noexcept {
     unsigned mask = 0;
@@ -99,6 +103,9 @@ bool io_uring_backend::lookup(const operation& op, std::uint32_t& index) const n
 }
 
 void io_uring_backend::link_fd(operation& op) noexcept {
+    // A path operation in AT_FDCWD waits on no descriptor: close_fd never
+    // cancels it.
+    if (op.fd < 0) return;
     // submit() made room for this descriptor number.
     operation*& head = m_by_fd[static_cast<std::size_t>(op.fd)];
     op.prev = nullptr;
@@ -108,6 +115,7 @@ void io_uring_backend::link_fd(operation& op) noexcept {
 }
 
 void io_uring_backend::unlink_fd(operation& op) noexcept {
+    if (op.fd < 0) return;
     if (op.prev)
         op.prev->next = op.next;
     else
@@ -175,6 +183,40 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
             // The completion is the connect's own outcome (0, -ECONNREFUSED...):
             // the kernel reads SO_ERROR for us.
             case op_code::connect: ::io_uring_prep_connect(sqe, fd, op.args.connect.addr, op.args.connect.len); break;
+            case op_code::read_at:
+                ::io_uring_prep_read(sqe, fd, op.args.file->data, file_size(op), op.args.file->offset);
+                break;
+            case op_code::write_at:
+                ::io_uring_prep_write(sqe, fd, op.args.file->data, file_size(op), op.args.file->offset);
+                break;
+            case op_code::readv_at:
+                ::io_uring_prep_readv(sqe, fd, op.args.file->iov, static_cast<unsigned>(op.args.file->count),
+                                      op.args.file->offset);
+                break;
+            case op_code::writev_at:
+                ::io_uring_prep_writev(sqe, fd, op.args.file->iov, static_cast<unsigned>(op.args.file->count),
+                                       op.args.file->offset);
+                break;
+            case op_code::fsync:
+                ::io_uring_prep_fsync(sqe, fd, (op.flags & datasync) ? IORING_FSYNC_DATASYNC : 0);
+                break;
+            case op_code::openat:
+                ::io_uring_prep_openat(sqe, fd, op.args.file->path, op.flags | O_CLOEXEC, op.args.file->mode);
+                break;
+            case op_code::close: ::io_uring_prep_close(sqe, fd); break;
+            case op_code::statx:
+                ::io_uring_prep_statx(sqe, fd, op.args.file->path, op.flags, op.args.file->mode,
+                                      static_cast<struct statx*>(op.args.file->data));
+                break;
+            case op_code::renameat:
+                ::io_uring_prep_renameat(sqe, fd, op.args.file->path, fd, op.args.file->path2, 0);
+                break;
+            case op_code::unlinkat: ::io_uring_prep_unlinkat(sqe, fd, op.args.file->path, op.flags); break;
+            case op_code::mkdirat: ::io_uring_prep_mkdirat(sqe, fd, op.args.file->path, op.args.file->mode); break;
+            case op_code::truncate:
+                // IORING_OP_FTRUNCATE: the length in off, every other field zero.
+                ::io_uring_prep_rw(io_uring_op_ftruncate, sqe, fd, nullptr, 0, op.args.file->offset);
+                break;
             case op_code::poll:
                 // A persistent poll stays armed in the kernel (multishot, 5.13)
                 // and completes with IORING_CQE_F_MORE on each readiness.
@@ -265,14 +307,20 @@ void io_uring_backend::flush() noexcept {
 
 // --- the backend interface ----------------------------------------------------
 
+bool io_uring_backend::performs(op_code code) const noexcept {
+    return !is_file_op(code) || (m_file_ops & (1u << static_cast<unsigned>(code))) != 0;
+}
+
 bool io_uring_backend::submit(operation& op) {
-    if (op.fd < 0) {
-        op.result = -EBADF;
+    if ((op.fd < 0 && !is_path_op(op.code)) || !performs(op.code)) {
+        op.result = op.fd < 0 ? -EBADF : -EOPNOTSUPP;
         op.state = op_state::done;
         return true;
     }
-    const auto fd_index = static_cast<std::size_t>(op.fd);
-    if (fd_index >= m_by_fd.size()) m_by_fd.resize(std::max(fd_index + 1, m_by_fd.size() * 2));
+    if (op.fd >= 0) {
+        const auto fd_index = static_cast<std::size_t>(op.fd);
+        if (fd_index >= m_by_fd.size()) m_by_fd.resize(std::max(fd_index + 1, m_by_fd.size() * 2));
+    }
     if (op.code == op_code::recv_pooled && !m_pool) {
         auto* pool = new ring_pool(m_read_buffer_size);
         pool->attach(m_ring, m_read_buffer_batch);
@@ -354,8 +402,9 @@ void io_uring_backend::forget(operation& op) noexcept {
             c.flags &= ~IORING_CQE_F_BUFFER;
         }
     }
-    // An accept that won the race made a descriptor nobody will ever see.
-    if (op.code == op_code::accept) {
+    // An accept (or open) that won the race made a descriptor nobody will
+    // ever see.
+    if (op.code == op_code::accept || op.code == op_code::openat) {
         const std::uint64_t data = user_data_of(index);
         for (completion& c : m_collected) {
             if (c.user_data == data && c.res >= 0) {
@@ -562,7 +611,8 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res, std
     operation& op = *s.op;
     const bool cancelled = s.cancel_requested;
 
-    if (res == -ECANCELED && !cancelled && s.issuer_epoch != m_issuer_epoch && op.code != op_code::connect) {
+    if (res == -ECANCELED && !cancelled && s.issuer_epoch != m_issuer_epoch && op.code != op_code::connect &&
+        op.code != op_code::close) {
         // The kernel cancelled it, not we: it was made by a thread that no
         // longer runs the loop (adopt_calling_thread), or that thread exited.
         // Nothing was done; make it again from this thread. Not a connect,
@@ -615,6 +665,15 @@ void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res, std
             return;
         }
         finish(index, res);
+        return;
+    }
+
+    if (is_file_op(op.code)) {
+        // Never waits for readiness. A kernel worker our cancel interrupted
+        // (an open of a FIFO nobody writes) answers EINTR, or the kernel's
+        // own restart codes (ERESTARTSYS, 512 to 516), which no program knows.
+        const bool interrupted = res == -EINTR || (res <= -512 && res >= -516);
+        finish(index, interrupted ? (cancelled ? -ECANCELED : -EINTR) : res);
         return;
     }
 

@@ -49,6 +49,9 @@
 
 namespace spindle::reactor {
 
+/// IORING_OP_FTRUNCATE (6.9), newer than some liburing headers.
+inline constexpr int io_uring_op_ftruncate = 55;
+
 class io_uring_backend final : public backend {
 public:
     /// Sets up a ring. Throws std::system_error saying why io_uring cannot run
@@ -70,6 +73,7 @@ public:
     int native_handle() const noexcept override { return m_ring.ring_fd; }
     void flush() noexcept override;
     backend_kind kind() const noexcept override { return backend_kind::io_uring; }
+    bool performs(op_code code) const noexcept override;
 
 private:
     // user_data: generation << 32 | slot index. Slot generations are never 0, so
@@ -174,6 +178,7 @@ private:
     bool m_single_thread = false;
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
+    std::uint32_t m_file_ops = 0;  // a bit per file op_code the kernel's probe lists
 
     // Pooled receives' buffers, made by the first one; the kernel picks from
     // its ring (buffer group 0) where it has one (5.19).

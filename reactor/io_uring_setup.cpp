@@ -77,6 +77,18 @@ constexpr kernel_op kernel_op_of(op_code code) noexcept {
         case op_code::connect: return {IORING_OP_CONNECT, "CONNECT"};
         case op_code::poll: return {IORING_OP_POLL_ADD, "POLL_ADD"};
         case op_code::recv_pooled: return {IORING_OP_RECV, "RECV"};
+        case op_code::read_at: return {IORING_OP_READ, "READ"};
+        case op_code::write_at: return {IORING_OP_WRITE, "WRITE"};
+        case op_code::readv_at: return {IORING_OP_READV, "READV"};
+        case op_code::writev_at: return {IORING_OP_WRITEV, "WRITEV"};
+        case op_code::fsync: return {IORING_OP_FSYNC, "FSYNC"};
+        case op_code::openat: return {IORING_OP_OPENAT, "OPENAT"};
+        case op_code::close: return {IORING_OP_CLOSE, "CLOSE"};
+        case op_code::statx: return {IORING_OP_STATX, "STATX"};
+        case op_code::renameat: return {IORING_OP_RENAMEAT, "RENAMEAT"};
+        case op_code::unlinkat: return {IORING_OP_UNLINKAT, "UNLINKAT"};
+        case op_code::mkdirat: return {IORING_OP_MKDIRAT, "MKDIRAT"};
+        case op_code::truncate: return {io_uring_op_ftruncate, "FTRUNCATE"};
     }
     return {IORING_OP_NOP, "NOP"};
 }
@@ -213,7 +225,13 @@ void io_uring_backend::check_kernel() {
         ::io_uring_free_probe(probe);
         throw std::system_error(ENOSYS, std::system_category(), std::string("io_uring: the kernel lacks IORING_OP_") + needed.name);
     };
-    for (op_code code : all_op_codes) require(kernel_op_of(code));
+    // File operations are optional: those the kernel lacks run on the pool.
+    for (op_code code : all_op_codes) {
+        if (!is_file_op(code))
+            require(kernel_op_of(code));
+        else if (::io_uring_opcode_supported(probe, kernel_op_of(code).opcode))
+            m_file_ops |= 1u << static_cast<unsigned>(code);
+    }
     require({IORING_OP_POLL_ADD, "POLL_ADD"});
     require({IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"});
     ::io_uring_free_probe(probe);

@@ -177,6 +177,7 @@ void kqueue_backend::filter_failed(const struct kevent& ev) noexcept {
 }
 
 bool kqueue_backend::submit(operation& op) {
+    if (is_file_op(op.code)) return complete_now(op, -EOPNOTSUPP);  // never on the loop's thread
     if (op.fd < 0) return complete_now(op, -EBADF);
     op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);

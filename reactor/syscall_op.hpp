@@ -21,6 +21,7 @@ inline bool is_reader(const operation& op) noexcept {
         case op_direction::reader: return true;
         case op_direction::writer: return false;
         case op_direction::by_events: return (op.events & readable) != 0;
+        case op_direction::none: return false;
     }
     return false;
 }
@@ -74,6 +75,19 @@ inline std::int64_t perform(operation& op) noexcept {
             case op_code::connect:
             case op_code::poll:
             case op_code::recv_pooled: return -EINVAL;
+            // File operations: never on a loop's thread (perform_blocking).
+            case op_code::read_at:
+            case op_code::write_at:
+            case op_code::readv_at:
+            case op_code::writev_at:
+            case op_code::fsync:
+            case op_code::openat:
+            case op_code::close:
+            case op_code::statx:
+            case op_code::renameat:
+            case op_code::unlinkat:
+            case op_code::mkdirat:
+            case op_code::truncate: return -EOPNOTSUPP;
         }
         if (r != -EINTR) return r;
     }

@@ -8,10 +8,12 @@
 #include "loop_core.hpp"
 
 #include <spindle/io.hpp>
+#include <spindle/log.hpp>
 #include <spindle/reactor/buffer_pool.hpp>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <system_error>
@@ -37,6 +39,18 @@ io_kind kind_of(reactor::op_code code) noexcept {
         case reactor::op_code::connect: return io_kind::connect;
         case reactor::op_code::poll: return io_kind::poll;
         case reactor::op_code::recv_pooled: return io_kind::read;
+        case reactor::op_code::read_at:
+        case reactor::op_code::write_at:
+        case reactor::op_code::readv_at:
+        case reactor::op_code::writev_at:
+        case reactor::op_code::fsync:
+        case reactor::op_code::openat:
+        case reactor::op_code::close:
+        case reactor::op_code::statx:
+        case reactor::op_code::renameat:
+        case reactor::op_code::unlinkat:
+        case reactor::op_code::mkdirat:
+        case reactor::op_code::truncate: return io_kind::file;
     }
     return io_kind::poll;
 }
@@ -52,6 +66,21 @@ void on_backend_complete(reactor::operation& op) noexcept {
     if (!op.pending())
         if (loop_core* core = current_core_or_null()) --in_flight(*core, op);
     io_access::notify(io_access::owner(op));
+}
+
+/// epoll refuses a plain read or write of a regular file, which would wait
+/// for the disk on the loop's thread: say once where to go instead.
+void refused_regular_file(int fd) noexcept {
+    static std::once_flag said;
+    try {
+        std::call_once(said, [fd] {
+            logger()->warn(
+                "a read or write of fd {} refused (operation_not_permitted): a regular file would block "
+                "the loop on this backend; use spindle::file (docs/files.md)",
+                fd);
+        });
+    } catch (...) {
+    }
 }
 
 /// -errno for what a backend threw.
@@ -94,7 +123,22 @@ static_assert(static_cast<std::uint32_t>(readable) == reactor::readable && stati
     static_assert(static_cast<int>(io_code::code) == static_cast<int>(reactor::op_code::code));
 SPINDLE_REACTOR_OPERATIONS(SPINDLE_IO_CODE_MATCHES)
 #undef SPINDLE_IO_CODE_MATCHES
-static_assert(static_cast<std::size_t>(io_code::recv_pooled) + 1 == reactor::op_code_count);
+static_assert(static_cast<std::size_t>(io_code::truncate) + 1 == reactor::op_code_count);
+// file_args mirrors the reactor's, whose pointer the operation carries.
+#define SPINDLE_FILE_ARG_MATCHES(field)                                                \
+    static_assert(offsetof(file_args, field) == offsetof(reactor::file_args, field) && \
+                  sizeof(file_args::field) == sizeof(reactor::file_args::field));
+SPINDLE_FILE_ARG_MATCHES(data)
+SPINDLE_FILE_ARG_MATCHES(size)
+SPINDLE_FILE_ARG_MATCHES(iov)
+SPINDLE_FILE_ARG_MATCHES(count)
+SPINDLE_FILE_ARG_MATCHES(mode)
+SPINDLE_FILE_ARG_MATCHES(offset)
+SPINDLE_FILE_ARG_MATCHES(path)
+SPINDLE_FILE_ARG_MATCHES(path2)
+#undef SPINDLE_FILE_ARG_MATCHES
+static_assert(sizeof(file_args) == sizeof(reactor::file_args));
+static_assert(reactor::datasync == 1);
 
 bool submit_io(loop_core& core, io_op& o) noexcept {
     reactor::operation& op = io_access::op(o);
@@ -105,6 +149,9 @@ bool submit_io(loop_core& core, io_op& o) noexcept {
     } catch (...) {
         op.state = reactor::op_state::done;
         op.result = error_of(std::current_exception());
+        const bool plain = op.code == reactor::op_code::read || op.code == reactor::op_code::write ||
+                           op.code == reactor::op_code::readv || op.code == reactor::op_code::writev;
+        if (op.result == -EPERM && plain) refused_regular_file(op.fd);
         return true;
     }
 }

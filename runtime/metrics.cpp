@@ -20,6 +20,7 @@ std::string_view to_string(io_kind kind) noexcept {
         case io_kind::accept: return "accept";
         case io_kind::connect: return "connect";
         case io_kind::poll: return "poll";
+        case io_kind::file: return "file";
     }
     return "unknown";
 }

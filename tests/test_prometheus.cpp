@@ -58,7 +58,7 @@ loop_metrics sample_metrics(std::uint64_t base) {
     m.tasks_alive = base + 14;
     m.ready_depth = base + 15;
     m.ready_depth_max = base + 16;
-    m.io_in_flight = {base + 20, base + 21, base + 22, base + 23, base + 24};
+    m.io_in_flight = {base + 20, base + 21, base + 22, base + 23, base + 24, base + 25};
     m.timers_pending = base + 17;
     m.read_buffers = base + 18;
     m.read_buffers_lent = base + 19;
@@ -83,22 +83,41 @@ TEST_CASE("one loop's snapshot: a HELP and TYPE line per metric, then its sample
                            "spindle_loop_ticks_total 1\n"
                            "# HELP spindle_loop_busy_seconds_total "));
     for (std::string_view line : {
-             "# TYPE spindle_loop_busy_seconds_total counter", "spindle_loop_busy_seconds_total 1.5",
-             "# TYPE spindle_loop_wait_seconds_total counter", "spindle_loop_wait_seconds_total 0.25",
-             "spindle_loop_tasks_spawned_total 2", "spindle_loop_tasks_finished_total 3", "spindle_loop_tasks_failed_total 4",
-             "spindle_loop_resumes_total 5", "spindle_loop_polls_total 6", "spindle_loop_sleeps_total 7",
-             "spindle_loop_completions_total 8", "spindle_loop_timers_fired_total 9", "spindle_loop_posts_total 10",
-             "spindle_loop_remote_wakeups_total 11", "spindle_loop_accept_backoffs_total 12", "spindle_loop_stalls_total 13",
-             "# TYPE spindle_loop_tasks_alive gauge", "spindle_loop_tasks_alive 14",
-             "# TYPE spindle_loop_ready_depth gauge", "spindle_loop_ready_depth 15",
-             "# TYPE spindle_loop_ready_depth_max gauge", "spindle_loop_ready_depth_max 16",
-             "# TYPE spindle_loop_timers_pending gauge", "spindle_loop_timers_pending 17",
-             "# TYPE spindle_loop_read_buffers gauge", "spindle_loop_read_buffers 18",
-             "# TYPE spindle_loop_read_buffers_lent gauge", "spindle_loop_read_buffers_lent 19",
+             "# TYPE spindle_loop_busy_seconds_total counter",
+             "spindle_loop_busy_seconds_total 1.5",
+             "# TYPE spindle_loop_wait_seconds_total counter",
+             "spindle_loop_wait_seconds_total 0.25",
+             "spindle_loop_tasks_spawned_total 2",
+             "spindle_loop_tasks_finished_total 3",
+             "spindle_loop_tasks_failed_total 4",
+             "spindle_loop_resumes_total 5",
+             "spindle_loop_polls_total 6",
+             "spindle_loop_sleeps_total 7",
+             "spindle_loop_completions_total 8",
+             "spindle_loop_timers_fired_total 9",
+             "spindle_loop_posts_total 10",
+             "spindle_loop_remote_wakeups_total 11",
+             "spindle_loop_accept_backoffs_total 12",
+             "spindle_loop_stalls_total 13",
+             "# TYPE spindle_loop_tasks_alive gauge",
+             "spindle_loop_tasks_alive 14",
+             "# TYPE spindle_loop_ready_depth gauge",
+             "spindle_loop_ready_depth 15",
+             "# TYPE spindle_loop_ready_depth_max gauge",
+             "spindle_loop_ready_depth_max 16",
+             "# TYPE spindle_loop_timers_pending gauge",
+             "spindle_loop_timers_pending 17",
+             "# TYPE spindle_loop_read_buffers gauge",
+             "spindle_loop_read_buffers 18",
+             "# TYPE spindle_loop_read_buffers_lent gauge",
+             "spindle_loop_read_buffers_lent 19",
              "# TYPE spindle_loop_io_in_flight gauge",
-             "spindle_loop_io_in_flight{kind=\"read\"} 20", "spindle_loop_io_in_flight{kind=\"write\"} 21",
-             "spindle_loop_io_in_flight{kind=\"accept\"} 22", "spindle_loop_io_in_flight{kind=\"connect\"} 23",
+             "spindle_loop_io_in_flight{kind=\"read\"} 20",
+             "spindle_loop_io_in_flight{kind=\"write\"} 21",
+             "spindle_loop_io_in_flight{kind=\"accept\"} 22",
+             "spindle_loop_io_in_flight{kind=\"connect\"} 23",
              "spindle_loop_io_in_flight{kind=\"poll\"} 24",
+             "spindle_loop_io_in_flight{kind=\"file\"} 25",
          }) {
         INFO(line);
         CHECK(has_line(text, line));
@@ -122,7 +141,7 @@ TEST_CASE("one loop's snapshot: a HELP and TYPE line per metric, then its sample
         {"spindle_loop_read_buffers", "gauge"},            {"spindle_loop_read_buffers_lent", "gauge"},
     };
     CHECK(e.types == types);
-    // One sample per family, five for io_in_flight, and one HELP line each.
+    // One sample per family, one per kind for io_in_flight, and one HELP line each.
     CHECK(e.values.size() == types.size() + spindle::io_kind_count - 1);
     CHECK(count(text, "# HELP ") == types.size());
     CHECK(e.values.at("spindle_loop_busy_seconds_total") == 1.5);
@@ -201,9 +220,9 @@ TEST_CASE("a group of three loops: one HELP and TYPE per metric, every sample la
 
     const prom::exposition e = checked(text);
     CHECK(count(text, "# TYPE ") == e.types.size());
-    // 21 plain families and 5 kinds of I/O for each of 3 loops, and 16
-    // buckets, a sum and a count for the one loop with a histogram.
-    CHECK(e.values.size() == 3 * (21 + 5) + 18);
+    // 21 plain families and a sample per kind of I/O for each of 3 loops,
+    // and 16 buckets, a sum and a count for the one loop with a histogram.
+    CHECK(e.values.size() == 3 * (21 + spindle::io_kind_count) + 18);
     CHECK(e.values.at("spindle_loop_io_in_flight{kind=\"connect\",loop=\"2\"}") == 223);
     // A span of one loop is still labelled: it is a group's.
     CHECK(spindle::to_prometheus(std::span(loops).first(1)).find("spindle_loop_ticks_total{loop=\"0\"} 1\n") != std::string::npos);

@@ -1416,9 +1416,23 @@ TEST_CASE("reactor contract: a regular file is read at once or refused when subm
     put(fd, "file");
     REQUIRE(::lseek(fd, 0, SEEK_SET) == 0);
     char in[8];
-    CHECK(h.run(h.read(op_code::read, fd, in, sizeof in)) == 4);  // from the file's own position
-    CHECK(std::string_view(in, 4) == "file");
-    CHECK(h.run(h.read(op_code::read, fd, in, sizeof in)) == 0);
+    if (h.backend().kind() == reactor::backend_kind::epoll) {
+        // The read would wait for the disk on the loop's thread: refused, as
+        // epoll refuses to watch the file (docs/files.md).
+        operation& r = h.read(op_code::read, fd, in, sizeof in);
+        bool read_refused = false;
+        try {
+            (void)h.submit(r);
+        } catch (const std::system_error& e) {
+            read_refused = e.code().value() == EPERM;
+        }
+        CHECK(read_refused);
+        CHECK_FALSE(r.pending());
+    } else {
+        CHECK(h.run(h.read(op_code::read, fd, in, sizeof in)) == 4);  // from the file's own position
+        CHECK(std::string_view(in, 4) == "file");
+        CHECK(h.run(h.read(op_code::read, fd, in, sizeof in)) == 0);
+    }
 
     // A readiness wait: a regular file is always ready, but epoll cannot
     // watch one and refuses it by throwing; the operation is then not pending.

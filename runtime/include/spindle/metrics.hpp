@@ -15,13 +15,14 @@ namespace spindle {
 
 /// The kinds of descriptor operation a loop counts in flight.
 enum class io_kind : std::uint8_t {
-    read,     ///< read, readv, recv, recvmsg
-    write,    ///< write, writev, send, sendmsg
+    read,   ///< read, readv, recv, recvmsg
+    write,  ///< write, writev, send, sendmsg
     accept,
     connect,
-    poll,     ///< readiness waits, watchers included
+    poll,  ///< readiness waits, watchers included
+    file,  ///< file operations (spindle/file.hpp), on the ring or the offload pool
 };
-inline constexpr std::size_t io_kind_count = 5;
+inline constexpr std::size_t io_kind_count = 6;
 std::string_view to_string(io_kind kind) noexcept;
 
 /// Resume durations in powers of two: bucket i counts resumes that took

@@ -89,6 +89,14 @@ public:
 
     virtual backend_kind kind() const noexcept = 0;
 
+    /// Whether submit() performs operations of `code`. Every backend performs
+    /// the operations on sockets and pipes. A file operation (is_file_op)
+    /// would block the loop's thread on a readiness backend, so only io_uring
+    /// performs those, where its probe lists them; the owner runs the others
+    /// on a thread that may block (perform_blocking). submit() of one a
+    /// backend does not perform completes at once with -EOPNOTSUPP.
+    virtual bool performs(op_code code) const noexcept { return !is_file_op(code); }
+
     /// Any thread (a metrics scrape), while the backend lives.
     read_buffer_counts read_buffers() const noexcept;
 

@@ -18,6 +18,19 @@ enum class op_state : std::uint8_t { idle, pending, done };
 
 class buffer_pool;
 struct operation;
+
+/// The arguments of a file operation (is_file_op), kept by the operation's
+/// owner for as long as it is pending. The runtime mirrors this layout.
+struct file_args {
+    void* data = nullptr;  ///< read_at, write_at: the buffer; statx: a struct statx
+    std::size_t size = 0;
+    const ::iovec* iov = nullptr;  ///< readv_at, writev_at
+    int count = 0;
+    unsigned mode = 0;         ///< openat, mkdirat: the mode; statx: the mask
+    std::uint64_t offset = 0;  ///< positional I/O; truncate: the length
+    const char* path = nullptr;
+    const char* path2 = nullptr;  ///< renameat: the new name
+};
 /// Called by the backend when an operation completes (from poll() or cancel()).
 /// It must not resume a coroutine inline: it only schedules.
 using complete_fn = void (*)(operation&) noexcept;
@@ -46,6 +59,7 @@ struct operation {
         struct { ::sockaddr* addr; ::socklen_t* len; } accept;
         struct { const ::sockaddr* addr; ::socklen_t len; } connect;
         struct { buffer_pool* pool; std::uint32_t id; } pooled;
+        const file_args* file;
     } args{};
 
     /// Bytes transferred, a new descriptor, 0, or -errno. Set before complete().
@@ -61,8 +75,8 @@ struct operation {
     bool pending() const noexcept { return state == op_state::pending; }
 };
 
-/// Closes what a successful completion of `op` handed over (an accepted
-/// descriptor in op.result; descriptors received with SCM_RIGHTS in a
+/// Closes what a successful completion of `op` handed over (an accepted or
+/// opened descriptor in op.result; descriptors received with SCM_RIGHTS in a
 /// recvmsg's control buffer; a pooled receive's buffer, given back): for a
 /// completion nobody will see.
 void release_handed_over(const operation& op) noexcept;

@@ -12,18 +12,44 @@
 namespace spindle::detail {
 
 enum class io_code : std::uint8_t {
-    read,     // read(2) into buf
-    write,    // write(2) from buf
-    readv,    // readv(2) over vec
-    writev,   // writev(2) over vec
-    recv,     // recv(2) with flags
-    send,     // send(2) with flags | MSG_NOSIGNAL
-    recvmsg,  // recvmsg(2) with msg and flags
-    sendmsg,  // sendmsg(2) with msg and flags | MSG_NOSIGNAL
-    accept,   // accept(2): the new descriptor is non-blocking and close-on-exec
-    connect,  // connect(2): completes with 0 or the socket's SO_ERROR
-    poll,     // readiness (spindle::readiness flags in `events`)
+    read,         // read(2) into buf
+    write,        // write(2) from buf
+    readv,        // readv(2) over vec
+    writev,       // writev(2) over vec
+    recv,         // recv(2) with flags
+    send,         // send(2) with flags | MSG_NOSIGNAL
+    recvmsg,      // recvmsg(2) with msg and flags
+    sendmsg,      // sendmsg(2) with msg and flags | MSG_NOSIGNAL
+    accept,       // accept(2): the new descriptor is non-blocking and close-on-exec
+    connect,      // connect(2): completes with 0 or the socket's SO_ERROR
+    poll,         // readiness (spindle::readiness flags in `events`)
     recv_pooled,  // recv(2) with flags into a buffer the loop lends once data is there
+    // File operations (spindle/file.hpp): args.file, on the ring or the pool.
+    read_at,    // pread(2)
+    write_at,   // pwrite(2)
+    readv_at,   // preadv(2)
+    writev_at,  // pwritev(2)
+    fsync,      // fsync(2), fdatasync(2) with flags = 1
+    openat,     // openat(2) in fd (AT_FDCWD too), always close-on-exec
+    close,      // close(2)
+    statx,      // statx(2) in fd
+    renameat,   // renameat(2) in fd
+    unlinkat,   // unlinkat(2) in fd
+    mkdirat,    // mkdirat(2) in fd
+    truncate,   // ftruncate(2)
+};
+
+/// The arguments of a file operation, kept by its wait (the reactor's
+/// file_args, field for field: runtime/io.cpp checks).
+struct file_args {
+    void* data = nullptr;  // read_at, write_at: the buffer; statx: its result
+    std::size_t size = 0;
+    const ::iovec* iov = nullptr;  // readv_at, writev_at
+    int count = 0;
+    unsigned mode = 0;         // openat, mkdirat: the mode; statx: the mask
+    std::uint64_t offset = 0;  // positional I/O; truncate: the length
+    const char* path = nullptr;
+    const char* path2 = nullptr;  // renameat: the new name
 };
 
 struct io_request {
@@ -41,6 +67,7 @@ struct io_request {
         ::msghdr* msg;
         struct { ::sockaddr* addr; ::socklen_t* len; } accept;
         struct { const ::sockaddr* addr; ::socklen_t len; } connect;
+        const file_args* file;
     } args{};
 };
 
