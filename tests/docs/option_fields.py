@@ -18,6 +18,7 @@ STRUCTS = [
     ("run_options", "runtime/include/spindle/testing.hpp", "docs/testing.md"),
     ("offload_pool_options", "runtime/include/spindle/offload.hpp", "docs/offload.md"),
     ("job_options", "runtime/include/spindle/offload.hpp", "docs/offload.md"),
+    ("write_options", "runtime/include/spindle/file.hpp", "docs/files.md"),
     ("listen_options", "net/include/spindle/net/listener.hpp", "docs/net.md"),
     ("resolve_hints", "net/include/spindle/net/resolve.hpp", "docs/net.md"),
     ("context_options", "net/tls/include/spindle/tls/context.hpp", "docs/tls.md"),

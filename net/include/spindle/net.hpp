@@ -6,6 +6,7 @@
 #include <spindle/net/byte_stream.hpp>
 #include <spindle/net/error.hpp>
 #include <spindle/net/resolve.hpp>
+#include <spindle/net/send_file.hpp>
 #include <spindle/net/shared_listener.hpp>
 #include <spindle/net/tcp.hpp>
 #include <spindle/net/udp.hpp>

@@ -8,6 +8,7 @@
 #include <spindle/channel.hpp>
 #include <spindle/errc.hpp>
 #include <spindle/event.hpp>
+#include <spindle/file.hpp>
 #include <spindle/io.hpp>
 #include <spindle/join_handle.hpp>
 #include <spindle/latch.hpp>
