@@ -124,9 +124,12 @@ public:
             job.m_refs.fetch_add(1, std::memory_order_relaxed);  // the pool's
             const std::size_t runnable = runnable_jobs();
             // A thread looking for work finds the job without a wake-up; a
-            // sleeping one is woken; with neither, a new thread starts.
+            // sleeping one is woken; with neither, a new thread starts,
+            // unless one is starting already: it starts the next itself if
+            // work is still left then (grow), so a burst of short jobs does
+            // not make a thread each.
             wake = m_sleeping > 0 && runnable > m_spinning;
-            if (runnable > m_sleeping + m_spinning && m_threads < m_options.max_threads) {
+            if (needs_thread(runnable) && (m_starting == 0 || m_threads == 0)) {
                 if (!start_thread() && m_threads == 0) {
                     unlink(job);
                     job.m_status = offload_job::status::withdrawn;
@@ -311,6 +314,7 @@ private:
         try {
             std::thread([self = shared_from_this()] { self->work(); }).detach();
             ++m_threads;
+            ++m_starting;
         } catch (...) {
             started = false;
         }
@@ -318,9 +322,16 @@ private:
         return started;
     }
 
+    /// More threads would run jobs now waiting for one.
+    bool needs_thread(std::size_t runnable) const noexcept {
+        return runnable > m_sleeping + m_spinning + m_starting && m_threads < m_options.max_threads;
+    }
+
     void work() noexcept {
         name_this_thread();
         std::unique_lock lock(m_mutex);
+        --m_starting;
+        if (needs_thread(runnable_jobs())) start_thread();  // grow one thread at a time
         bool just_worked = false;
         for (;;) {
             if (offload_job* job = pick()) {
@@ -331,9 +342,10 @@ private:
                 continue;
             }
             if (m_closed) break;
-            if (just_worked && m_options.spin_before_sleep.count() > 0) {
+            if (just_worked && m_options.spin_before_sleep.count() > 0 && m_spinning < m_max_spinning) {
                 // Look for work a while before sleeping: a job that comes
                 // meanwhile starts without a wake-up (a futex call each way).
+                // Fewer spinners than cores: the loops need theirs.
                 just_worked = false;
                 ++m_spinning;
                 lock.unlock();
@@ -399,6 +411,8 @@ private:
     unsigned m_busy = 0;
     unsigned m_sleeping = 0;
     unsigned m_spinning = 0;
+    unsigned m_starting = 0;  // threads made that have not taken the lock yet
+    unsigned m_max_spinning = std::max(2u, std::thread::hardware_concurrency()) - 1;
     std::uint64_t m_seq = 0;
     std::uint64_t m_jobs_run = 0;
     std::uint64_t m_jobs_withdrawn = 0;
