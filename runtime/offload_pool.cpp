@@ -92,6 +92,7 @@ public:
         m_limit[static_cast<std::size_t>(job_kind::cpu)] = m_options.cpu_threads;
         m_limit[static_cast<std::size_t>(job_kind::blocking)] = m_options.max_threads;
         m_limit[static_cast<std::size_t>(job_kind::lookup)] = m_options.lookup_threads;
+        m_eager_threads = std::min(m_options.max_threads, std::max(4u, cores));
     }
 
     const offload_pool_options& options() const noexcept { return m_options; }
@@ -129,6 +130,7 @@ public:
             // work is still left then (grow), so a burst of short jobs does
             // not make a thread each.
             wake = m_sleeping > 0 && runnable > m_spinning;
+            bool watch = false;
             if (needs_thread(runnable) && (m_starting == 0 || m_threads == 0)) {
                 if (!start_thread() && m_threads == 0) {
                     unlink(job);
@@ -136,7 +138,15 @@ public:
                     job.m_refs.fetch_sub(1, std::memory_order_relaxed);
                     return std::make_error_code(std::errc::resource_unavailable_try_again);
                 }
+            } else if (starved()) {
+                // Beyond the eager threads, more start only while the queue
+                // makes no progress (blocked jobs): the watcher sees to it.
+                if (!m_watching)
+                    m_watching = start_thread(&pool_state::watch);
+                else
+                    watch = true;
             }
+            if (watch) m_watch.notify_one();
         }
         if (wake) m_wake.notify_one();
         return {};
@@ -208,6 +218,7 @@ public:
             }
         }
         m_wake.notify_all();
+        m_watch.notify_all();
         while (offload_job* j = dropped.pop_front()) release_job(*j);
     }
 
@@ -271,6 +282,7 @@ private:
         m_queued[k].remove(*best);
         m_queued_hint.fetch_sub(1, std::memory_order_relaxed);
         admit(k);
+        ++m_picked;
         best->m_status = offload_job::status::running;
         ++m_running[k];
         ++m_busy;
@@ -305,16 +317,19 @@ private:
         release_job(job);
     }
 
-    /// Starts a thread with every signal blocked (it inherits the mask).
-    bool start_thread() noexcept {
+    /// Starts a thread with every signal blocked (it inherits the mask): a
+    /// worker, or the watcher.
+    bool start_thread(void (pool_state::*body)() noexcept = &pool_state::work) noexcept {
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
         bool started = true;
         try {
-            std::thread([self = shared_from_this()] { self->work(); }).detach();
-            ++m_threads;
-            ++m_starting;
+            std::thread([self = shared_from_this(), body] { ((*self).*body)(); }).detach();
+            if (body == &pool_state::work) {
+                ++m_threads;
+                ++m_starting;
+            }
         } catch (...) {
             started = false;
         }
@@ -322,9 +337,33 @@ private:
         return started;
     }
 
-    /// More threads would run jobs now waiting for one.
+    /// More threads would run jobs now waiting for one: at once up to the
+    /// eager threads (at least one per core).
     bool needs_thread(std::size_t runnable) const noexcept {
-        return runnable > m_sleeping + m_spinning + m_starting && m_threads < m_options.max_threads;
+        return runnable > m_sleeping + m_spinning + m_starting && m_threads < m_eager_threads;
+    }
+    /// Jobs wait, no thread is free, and the pool may grow.
+    bool starved() const noexcept {
+        return runnable_jobs() > m_sleeping + m_spinning + m_starting && m_threads < m_options.max_threads;
+    }
+
+    /// Past the eager threads, one thread more each grow_after while jobs
+    /// wait and none was taken meanwhile: threads blocked in their calls (a
+    /// slow disk) get company, while short jobs that drain the queue (reads
+    /// from the page cache) keep the pool small, since 64 threads on two
+    /// cores cost more in switches than they give.
+    void watch() noexcept {
+        name_this_thread();
+        std::unique_lock lock(m_mutex);
+        for (;;) {
+            m_watch.wait(lock, [&] { return m_closed || starved(); });
+            if (m_closed) break;
+            const std::uint64_t picked = m_picked;
+            m_watch.wait_for(lock, grow_after, [&] { return m_closed; });
+            if (m_closed) break;
+            if (starved() && m_picked == picked) start_thread();
+        }
+        m_watching = false;
     }
 
     void work() noexcept {
@@ -412,6 +451,11 @@ private:
     unsigned m_sleeping = 0;
     unsigned m_spinning = 0;
     unsigned m_starting = 0;  // threads made that have not taken the lock yet
+    unsigned m_eager_threads = 4;
+    std::uint64_t m_picked = 0;  // jobs taken by a thread, ever
+    bool m_watching = false;     // the watcher thread runs
+    std::condition_variable m_watch;
+    static constexpr auto grow_after = std::chrono::microseconds(500);
     unsigned m_max_spinning = std::max(2u, std::thread::hardware_concurrency()) - 1;
     std::uint64_t m_seq = 0;
     std::uint64_t m_jobs_run = 0;

@@ -408,6 +408,25 @@ TEST_CASE("idle threads end after idle_timeout, down to min_threads") {
     CHECK(pool.stats().threads == 1);
 }
 
+TEST_CASE("jobs blocked beyond the eager threads get threads of their own, one after another") {
+    // At least four threads start at once; past them, one more each time
+    // the queue makes no progress for a while: twelve blocked jobs all run.
+    offload_pool pool({.max_threads = 16});
+    loop l;
+    gate g;
+    run(l, [&]() -> task<void> {
+        std::vector<spindle::join_handle<result<void>>> jobs;
+        for (int i = 0; i < 12; ++i) jobs.push_back(l.spawn(offload_in(pool, [&g] { g.pass(); })));
+        co_await until([&] { return g.entered() == 12; });
+        CHECK(pool.stats().threads == 12);
+        g.open();
+        for (auto& j : jobs) {
+            auto done = co_await j;
+            CHECK(done);
+        }
+    }());
+}
+
 TEST_CASE("the pool's figures in the Prometheus text") {
     offload_pool pool({.max_threads = 2, .job_time_histogram = true});
     loop l;
