@@ -8,19 +8,21 @@
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <optional>
-#include <ctime>
 #include <random>
-#include <utility>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -397,6 +399,82 @@ void bench_offload() {
                 cpu_per_op, parallel);
 }
 
+// --- file_read: 4 KiB random reads from a file in the page cache ------------------
+
+// SPINDLE_BENCH_FILE_MIB sets the file's size (default 1024).
+std::uint64_t bench_file_bytes() {
+    const char* mib = std::getenv("SPINDLE_BENCH_FILE_MIB");
+    const long n = mib ? std::atol(mib) : 1024;
+    return static_cast<std::uint64_t>(std::max(n, 1L)) << 20;
+}
+
+spindle::task<void> random_reads(spindle::file& f, std::uint64_t blocks, long n, std::uint64_t seed, long& failed) {
+    std::array<std::byte, 4096> buf;
+    std::uint64_t x = seed;
+    for (long i = 0; i < n; ++i) {
+        x ^= x << 13;  // xorshift64: the same offsets every run
+        x ^= x >> 7;
+        x ^= x << 17;
+        spindle::result<std::size_t> r = co_await f.read_at(buf, (x % blocks) * buf.size());
+        if (!r || *r != buf.size()) ++failed;
+    }
+}
+
+void bench_file_read() {
+    const std::uint64_t bytes = bench_file_bytes();
+    char path[] = "/tmp/spindle-bench-file-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) {
+        std::printf("file_read: cannot make a temporary file\n");
+        return;
+    }
+    ::unlink(path);
+    {
+        // Written through the page cache, which keeps it: every read is warm.
+        std::vector<char> chunk(1 << 20);
+        for (std::size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 31);
+        for (std::uint64_t done = 0; done < bytes; done += chunk.size())
+            if (::write(fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size())) {
+                std::printf("file_read: cannot write the file\n");
+                ::close(fd);
+                return;
+            }
+    }
+    const std::uint64_t blocks = bytes / 4096;
+    spindle::file f(::dup(fd));
+    ::close(fd);
+    constexpr long n = 200'000;
+    long failed = 0;
+    // CPU per read is the rounds' mean: the loop's thread, the pool's threads
+    // and the ring's kernel workers, all of the process.
+    const auto round = [&](long in_flight, double& cpu_sum) {
+        spindle::loop loop;
+        const double c0 = cpu_ns();
+        const double t0 = wall_ns();
+        loop.block_on([&]() -> spindle::task<void> {
+            std::vector<spindle::join_handle<void>> readers;
+            for (long i = 0; i < in_flight; ++i)
+                readers.push_back(spindle::loop::current().spawn(random_reads(
+                    f, blocks, n / in_flight, 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i), failed)));
+            for (auto& r : readers) co_await r;
+        }());
+        const double wall = (wall_ns() - t0) / n;
+        cpu_sum += (cpu_ns() - c0) / n;
+        return wall;
+    };
+    double warm = 0, cpu_one = 0, cpu_many = 0;
+    (void)round(1, warm);  // the pool's threads, the ring's workers
+    const double one = median_of(3, [&] { return round(1, cpu_one); });
+    const double many = median_of(3, [&] { return round(64, cpu_many); });
+    cpu_one /= 3;
+    cpu_many /= 3;
+    if (failed) std::printf("file_read: %ld reads failed\n", failed);
+    std::printf(
+        "file_read ns_per_op=%.1f in_flight=1 reads_per_s=%.0f cpu_ns_per_op=%.1f in_flight_64_ns_per_op=%.1f "
+        "in_flight_64_reads_per_s=%.0f in_flight_64_cpu_ns_per_op=%.1f file_mib=%llu block=4096\n",
+        one, 1e9 / one, cpu_one, many, 1e9 / many, cpu_many, static_cast<unsigned long long>(bytes >> 20));
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -413,11 +491,19 @@ constexpr bench_case cases[] = {
     {"channel", &bench_channel},
     {"generator", &bench_generator},
     {"offload", &bench_offload},
+    {"file_read", &bench_file_read},
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    // SPINDLE_BENCH_POOL_THREADS caps the offload pool, for comparisons
+    // with pools of a fixed size (libuv's 4 threads).
+    if (const char* threads = std::getenv("SPINDLE_BENCH_POOL_THREADS")) {
+        spindle::offload_pool_options options;
+        options.max_threads = static_cast<unsigned>(std::atoi(threads));
+        spindle::offload_pool::configure_shared(options);
+    }
     for (const auto& c : cases) {
         bool wanted = argc == 1;
         for (int i = 1; i < argc; ++i) wanted = wanted || std::strcmp(argv[i], c.name) == 0;
