@@ -715,7 +715,9 @@ TEST_CASE("send_file: a range through a stream that is not a socket, byte for by
     const std::string path = pattern_file(dir, size);
     loop l;
     run(l, [&]() -> task<void> {
-        auto [a, b] = net::memory_stream::pair(16 * 1024);
+        auto ends = net::memory_stream::pair(16 * 1024);
+        net::memory_stream& a = ends.first;
+        net::memory_stream& b = ends.second;
         result<file> f = co_await file::open(path);
         REQUIRE(f);
         constexpr std::uint64_t from = 1000, count = 200 * 1024;
