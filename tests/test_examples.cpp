@@ -7,23 +7,25 @@
 #include "prometheus_text.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <array>
 #include <atomic>
-#include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
+#include <map>
 #include <memory>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <map>
 #include <optional>
 #include <poll.h>
 #include <string>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -1270,5 +1272,155 @@ TEST_CASE("spindle-echo serves TLS to openssl s_client and to spindle-load --tls
     CHECK(missing.status == 1);
     CHECK(missing.output.find("No such file") != std::string::npos);
     CHECK(exited_cleanly(server.stop(SIGINT)));
+}
+#endif
+
+// --- spindle-http --root -----------------------------------------------------------------------
+
+namespace {
+
+/// A directory of files to serve, with a symbolic link inside it and one
+/// leaving it; removed with its contents.
+struct site_dir {
+    std::string root, outside;
+    std::string big;  // the 8 MiB file's bytes
+    site_dir() {
+        root = "/tmp/spindle-site-XXXXXX";
+        outside = "/tmp/spindle-outside-XXXXXX";
+        REQUIRE(::mkdtemp(root.data()));
+        REQUIRE(::mkdtemp(outside.data()));
+        write(root + "/index.html", "<p>home</p>\n");
+        REQUIRE(::mkdir((root + "/sub").c_str(), 0755) == 0);
+        write(root + "/sub/t.txt", "abcdefghij");
+        write(outside + "/secret", "secret\n");
+        REQUIRE(::symlink((outside + "/secret").c_str(), (root + "/leaves").c_str()) == 0);
+        REQUIRE(::symlink("sub/t.txt", (root + "/stays.txt").c_str()) == 0);
+        big.resize(8 * 1024 * 1024);
+        for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + (i * 7 + i / 4096) % 26);
+        write(root + "/big.bin", big);
+    }
+    ~site_dir() { [[maybe_unused]] int a = std::system(("rm -rf '" + root + "' '" + outside + "'").c_str()); }
+    static std::string read(const std::string& path) {
+        std::string out;
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return out;
+        char buf[65536];
+        for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+        ::close(fd);
+        return out;
+    }
+    static void write(const std::string& path, const std::string& content) {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        REQUIRE(fd >= 0);
+        REQUIRE(::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+        ::close(fd);
+    }
+};
+
+/// `curl -s -D -` with `extra`: the whole response, head and body.
+std::string curl_raw(std::uint16_t port, const std::string& path, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{"curl", "-s", "-m", "20", "-D", "-", "--path-as-is"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("http://127.0.0.1:" + std::to_string(port) + path);
+    const command_result r = run(argv, 30s);
+    INFO(r.output.substr(0, 400));
+    REQUIRE(r.status == 0);
+    return r.output;
+}
+
+}  // namespace
+
+TEST_CASE("spindle-http --root serves files: types, HEAD, ranges, 304, 404, 403, traversal refused, POST /sha256") {
+    if (!have_curl()) return;
+    site_dir site;
+    process server({program("SPINDLE_HTTP"), "--port", "0", "--root", site.root});
+    const std::uint16_t port = server.wait_listening();
+
+    const http_reply home = curl_get(port, "/");
+    CHECK(home.status == 200);
+    CHECK(home.content_type == "text/html; charset=utf-8");
+    CHECK(home.body == "<p>home</p>\n");
+    const std::string text = curl_raw(port, "/sub/t.txt");
+    CHECK(text.find("Content-Length: 10\r\n") != std::string::npos);
+    CHECK(text.find("Last-Modified: ") != std::string::npos);
+    CHECK(text.ends_with("\r\n\r\nabcdefghij"));
+
+    const std::string head = curl_raw(port, "/sub/t.txt", {"-I"});
+    CHECK(head.starts_with("HTTP/1.1 200 OK\r\n"));
+    CHECK(head.find("Content-Length: 10\r\n") != std::string::npos);
+    CHECK(head.ends_with("\r\n\r\n"));  // no body
+
+    const std::string part = curl_raw(port, "/sub/t.txt", {"-r", "2-5"});
+    CHECK(part.starts_with("HTTP/1.1 206 "));
+    CHECK(part.find("Content-Range: bytes 2-5/10\r\n") != std::string::npos);
+    CHECK(part.ends_with("\r\n\r\ncdef"));
+    CHECK(curl_raw(port, "/sub/t.txt", {"-r", "-3"}).ends_with("\r\n\r\nhij"));
+    const std::string beyond = curl_raw(port, "/sub/t.txt", {"-r", "100-"});
+    CHECK(beyond.starts_with("HTTP/1.1 416 "));
+    CHECK(beyond.find("Content-Range: bytes */10\r\n") != std::string::npos);
+
+    // If-Modified-Since: a day ahead is 304, a day behind the whole file.
+    const auto day = [](int days) {
+        const std::time_t t = std::time(nullptr) + days * 86400;
+        std::tm tm{};
+        ::gmtime_r(&t, &tm);
+        char buf[64];
+        std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        return std::string(buf);
+    };
+    CHECK(curl_raw(port, "/sub/t.txt", {"-H", "If-Modified-Since: " + day(1)}).starts_with("HTTP/1.1 304 "));
+    CHECK(curl_raw(port, "/sub/t.txt", {"-H", "If-Modified-Since: " + day(-1)}).starts_with("HTTP/1.1 200 "));
+
+    CHECK(curl_get(port, "/missing").status == 404);
+    CHECK(curl_get(port, "/sub").status == 403);               // a directory
+    CHECK(curl_get(port, "/leaves").status == 403);            // a link that leaves the root
+    CHECK(curl_get(port, "/stays.txt").body == "abcdefghij");  // one that stays inside
+    for (const char* attack : {"/../etc/passwd", "/sub/../../etc/passwd", "/%2e%2e/etc/passwd", "/%2E%2e%2Fetc",
+                               "/sub%2ft.txt", "/a%00b", "/%zz", "/sub//t.txt"}) {
+        INFO(attack);
+        CHECK(curl_raw(port, attack).starts_with("HTTP/1.1 400 "));
+    }
+
+    // A file larger than any buffer, whole and byte for byte.
+    const std::string fetched = site.outside + "/fetched";
+    const command_result big =
+        run({"curl", "-s", "-m", "30", "-o", fetched, "http://127.0.0.1:" + std::to_string(port) + "/big.bin"}, 40s);
+    CHECK(big.status == 0);
+    CHECK(site_dir::read(fetched) == site.big);
+
+    // SHA-256 of a body, hashed on the pool; a body over 16 MiB is refused.
+    const http_reply abc = curl_get(port, "/sha256", {"--data-binary", "abc"});
+    CHECK(abc.status == 200);
+    CHECK(abc.body == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n");
+    CHECK(curl_get(port, "/sha256", {"-H", "Expect:", "--data-binary", "@" + site.root + "/big.bin"}).body.size() ==
+          65);
+    {
+        // Refused from the head alone: no need to send the body.
+        client c(port);
+        c.send("POST /sha256 HTTP/1.1\r\nHost: x\r\nContent-Length: 17825792\r\n\r\n");
+        CHECK(c.read_to_end().starts_with("HTTP/1.1 413 "));
+    }
+    CHECK(curl_get(port, "/sub/t.txt", {"-X", "DELETE"}).status == 405);
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
+}
+
+#if SPINDLE_HAVE_TLS
+TEST_CASE("spindle-http --root over TLS: a large file and a range, byte for byte") {
+    if (!have_tls_tools()) return;
+    site_dir site;
+    self_signed pki;
+    process server(
+        {program("SPINDLE_HTTP"), "--port", "0", "--root", site.root, "--tls-cert", pki.cert, "--tls-key", pki.key});
+    const std::string port = std::to_string(server.wait_listening());
+    const std::string fetched = site.outside + "/fetched";
+    const command_result big =
+        run({"curl", "-sS", "-m", "30", "-o", fetched, "--cacert", pki.cert, "https://localhost:" + port + "/big.bin"},
+            40s);
+    CHECK(big.status == 0);
+    CHECK(site_dir::read(fetched) == site.big);
+    const command_result part =
+        run({"curl", "-sS", "-r", "4096-4105", "--cacert", pki.cert, "https://localhost:" + port + "/big.bin"});
+    CHECK(part.output == site.big.substr(4096, 10));
+    CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
 #endif

@@ -3,6 +3,7 @@
 #include "catch.hpp"
 
 #include "http_protocol.hpp"
+#include "static_rules.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -689,4 +690,73 @@ TEST_CASE("http: a dynamic route is rendered per request, before the built-in pa
     CHECK(out.view().find("HTTP/1.1 404 ", 1) != std::string_view::npos);
     // The default table is the example server's own pages, no dynamic ones.
     CHECK(answer("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 404 "));
+}
+
+// --- the rules of --root (static_rules.hpp) ----------------------------------------------------
+
+namespace rules = spindle::examples::http;
+
+TEST_CASE("static rules: a target names a file beneath the root, or is refused") {
+    CHECK(rules::file_of_target("/") == "index.html");
+    CHECK(rules::file_of_target("/a/b.txt?x=1") == "a/b.txt");
+    CHECK(rules::file_of_target("/docs/") == "docs/index.html");
+    CHECK(rules::file_of_target("/with%20space") == "with space");
+    for (std::string_view bad : {"", "x", "/..", "/../a", "/a/../b", "/./a", "/a/.", "/%2e%2e/a", "/%2E", "/a%2fb",
+                                 "/a%5cb", "/a%00", "/a%0", "/a%g0", "//a", "/a//b"}) {
+        INFO(bad);
+        CHECK_FALSE(rules::file_of_target(bad));
+    }
+    CHECK_FALSE(rules::file_of_target(std::string_view("/a\0b", 4)));
+}
+
+TEST_CASE("static rules: one byte range, clipped; several or malformed mean the whole file") {
+    rules::byte_range r;
+    using rules::range_answer;
+    CHECK(rules::parse_range(std::nullopt, 10, r) == range_answer::whole);
+    CHECK(rules::parse_range("bytes=2-5", 10, r) == range_answer::partial);
+    CHECK((r.first == 2 && r.length == 4));
+    CHECK(rules::parse_range("bytes=7-", 10, r) == range_answer::partial);
+    CHECK((r.first == 7 && r.length == 3));
+    CHECK(rules::parse_range("bytes=5-100", 10, r) == range_answer::partial);
+    CHECK((r.first == 5 && r.length == 5));
+    CHECK(rules::parse_range("bytes=-3", 10, r) == range_answer::partial);
+    CHECK((r.first == 7 && r.length == 3));
+    CHECK(rules::parse_range("bytes=-30", 10, r) == range_answer::partial);
+    CHECK((r.first == 0 && r.length == 10));
+    CHECK(rules::parse_range("bytes=10-", 10, r) == range_answer::unsatisfiable);
+    CHECK(rules::parse_range("bytes=-0", 10, r) == range_answer::unsatisfiable);
+    CHECK(rules::parse_range("bytes=0-", 0, r) == range_answer::unsatisfiable);
+    for (std::string_view whole : {"bytes=1-2,4-5", "items=1-2", "bytes=5-2", "bytes=x-", "bytes=1-y", "bytes"}) {
+        INFO(whole);
+        CHECK(rules::parse_range(whole, 10, r) == range_answer::whole);
+    }
+}
+
+TEST_CASE("static rules: HTTP dates both ways, header values, content types") {
+    using namespace std::chrono;
+    const system_clock::time_point t = system_clock::from_time_t(784111777);
+    CHECK(rules::http_date(t) == "Sun, 06 Nov 1994 08:49:37 GMT");
+    CHECK(rules::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT") == t);
+    CHECK_FALSE(rules::parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"));
+    CHECK_FALSE(rules::parse_http_date("Sun, 06 Xyz 1994 08:49:37 GMT"));
+
+    const std::string_view head = "GET / HTTP/1.1\r\nHost: x\r\nrange:  bytes=1-2 \r\nX-Empty:\r\n\r\n";
+    CHECK(rules::header_value(head, "Range") == "bytes=1-2");
+    CHECK(rules::header_value(head, "host") == "x");
+    CHECK(rules::header_value(head, "X-Empty") == "");
+    CHECK_FALSE(rules::header_value(head, "Cookie"));
+
+    CHECK(rules::content_type_of("a/b.HTML") == "text/html; charset=utf-8");
+    CHECK(rules::content_type_of("x.png") == "image/png");
+    CHECK(rules::content_type_of("dir.d/file") == "application/octet-stream");
+    CHECK(rules::content_type_of("noext") == "application/octet-stream");
+}
+
+TEST_CASE("static rules: SHA-256 of the standard vectors") {
+    CHECK(rules::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(rules::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(rules::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    CHECK(rules::sha256_hex(std::string(1000000, 'a')) ==
+          "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }

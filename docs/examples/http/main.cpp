@@ -14,7 +14,17 @@
 #include "http_protocol.hpp"
 #include "metrics_endpoint.hpp"
 #include "service.hpp"
+#include "static_site.hpp"
 #include "tls_service.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 using namespace spindle;
 using namespace spindle::examples;
@@ -42,11 +52,27 @@ task<void> serve_connection(Stream& stream, std::stop_token stop) {
 
 task<void> serve_tcp_connection(net::tcp_stream stream, std::stop_token stop) { co_await serve_connection(stream, stop); }
 
+// --root: one site for every loop of the process (it only holds the root's descriptor).
+http::static_site site;
+
+task<void> serve_site_tcp(net::tcp_stream stream, std::stop_token stop) {
+    co_await http::serve_site_connection(stream, site, stop);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     tls_flags tls;
-    const auto flags = tls.flags();
+    std::string root;
+    const auto tls_options = tls.flags();
+    const std::array<service_flag, 3> flags{
+        tls_options[0], tls_options[1],
+        service_flag{"--root", "DIR",
+                     "serve the files under DIR (GET, HEAD, one byte range, If-Modified-Since) and POST /sha256",
+                     [&root](std::string_view v) {
+                         root = v;
+                         return std::string();
+                     }}};
     const service_options options = parse_service_options(
         argc, argv,
         {.name = "spindle-http",
@@ -54,15 +80,29 @@ int main(int argc, char** argv) {
                         "GET /metrics: the loops' metrics, Prometheus text); keep-alive and pipelining.",
          .default_port = 8080,
          .flags = flags});
+    if (!root.empty()) {
+        // Opened once, before any loop runs: a blocking call is fine here.
+        site.root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (site.root_fd < 0) {
+            std::fprintf(stderr, "spindle-http: --root %s: %s\n", root.c_str(), std::strerror(errno));
+            return 1;
+        }
+    }
     if (tls.enabled()) {
 #if SPINDLE_HAVE_TLS
         tls::context ctx = server_context(tls, "spindle-http", {"http/1.1"});
         if (!ctx) return 1;
         return serve_tcp(options, loop_options{}, "spindle-http",
-                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) { return serve_connection(s, std::move(stop)); }));
+                         serve_tls(std::move(ctx), [](tls::tcp_stream& s, std::stop_token stop) -> task<void> {
+                             if (site.root_fd >= 0)
+                                 co_await http::serve_site_connection(s, site, std::move(stop));
+                             else
+                                 co_await serve_connection(s, std::move(stop));
+                         }));
 #else
         return no_tls("spindle-http");
 #endif
     }
+    if (site.root_fd >= 0) return serve_tcp(options, loop_options{}, "spindle-http", serve_site_tcp);
     return serve_tcp(options, loop_options{}, "spindle-http", serve_tcp_connection);
 }
