@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
                         "GET /metrics: the loops' metrics, Prometheus text); keep-alive and pipelining.",
          .default_port = 8080,
          .flags = flags});
+    const http::dynamic_route metrics = metrics_route();
+    site.dynamic = std::span(&metrics, 1);
     if (!root.empty()) {
         // Opened once, before any loop runs: a blocking call is fine here.
         site.root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

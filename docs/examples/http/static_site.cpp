@@ -13,6 +13,7 @@
 #endif
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 
 namespace spindle::examples::http {
@@ -78,6 +79,17 @@ site_response text(int status, std::string_view reason, std::string_view body, b
 
 }  // namespace
 
+void reserve_for_body(std::string& in, std::size_t max_body) {
+    if (in.capacity() > 64 * 1024) return;  // done for this request, or no body to speak of
+    std::size_t end = in.find("\r\n\r\n");
+    if (end == std::string::npos) return;
+    end += 4;
+    const std::optional<std::string_view> length = header_value(std::string_view(in).substr(0, end), "Content-Length");
+    std::uint64_t n = 0;
+    if (!length || std::from_chars(length->data(), length->data() + length->size(), n).ec != std::errc()) return;
+    if (n <= max_body) in.reserve(end + static_cast<std::size_t>(n));
+}
+
 site_response refuse_request(parse_status status) {
     switch (status) {
         case parse_status::too_large:
@@ -104,6 +116,16 @@ task<site_response> answer_site_request(const static_site& site, const parse_res
     const bool head_only = request.method == "HEAD";
     if (request.method != "GET" && !head_only)
         co_return text(405, "Method Not Allowed", "Method Not Allowed\n", keep, false, "Allow: GET, HEAD, POST\r\n");
+    const std::string_view resource = request.target.substr(0, request.target.find('?'));
+    for (const dynamic_route& route : site.dynamic) {
+        if (route.path != resource) continue;
+        const std::string body = route.render();
+        site_response r;
+        r.head = head_of(200, "OK", body.size(), route.content_type, {}, keep);
+        if (!head_only) r.head += body;
+        r.close = !keep;
+        co_return r;
+    }
     std::optional<std::string> path = file_of_target(request.target);
     if (!path) co_return text(400, "Bad Request", "Bad Request\n", false, head_only);
 

@@ -33,6 +33,8 @@ struct static_site {
     int root_fd = -1;
     /// POST /sha256 bodies at most (413 above).
     std::size_t max_body = 16 * 1024 * 1024;
+    /// Resources the program makes (GET /metrics), looked at before the files.
+    std::span<const dynamic_route> dynamic;
 };
 
 /// What to send for one request: the head, then (unless empty) `length`
@@ -49,6 +51,10 @@ struct site_response {
 task<site_response> answer_site_request(const static_site& site, const parse_result& request, std::string_view head);
 /// The response to a request parse_request refused (400, 413, 431...).
 site_response refuse_request(parse_status status);
+/// Room for the whole request in `in` once its head says how long its body
+/// is: growing a large buffer by doubling would copy it, and fault in fresh
+/// pages, inside one resume.
+void reserve_for_body(std::string& in, std::size_t max_body);
 
 template <net::byte_stream Stream>
 task<void> serve_site_connection(Stream& stream, const static_site& site, std::stop_token stop) {
@@ -58,6 +64,7 @@ task<void> serve_site_connection(Stream& stream, const static_site& site, std::s
     for (;;) {
         const parse_result request = parse_request(in, limits);
         if (request.status == parse_status::incomplete) {
+            reserve_for_body(in, site.max_body);
             result<std::size_t> n = co_await stream.read_some(chunk, stop);
             if (!n || *n == 0) co_return;
             in.append(reinterpret_cast<const char*>(chunk.data()), *n);
@@ -83,6 +90,8 @@ task<void> serve_site_connection(Stream& stream, const static_site& site, std::s
             co_return;
         }
         in.erase(0, request.consumed);
+        // A large body's room goes with it: a kept connection holds little.
+        if (in.capacity() > 1024 * 1024 && in.size() < 16 * 1024) in.shrink_to_fit();
     }
 }
 
