@@ -34,7 +34,7 @@ void release_handed_over(const operation& op) noexcept {
             op.args.pooled.pool->delivered();
             op.args.pooled.pool->give_back(op.args.pooled.id);
         }
-    } else if (op.code == op_code::accept || op.code == op_code::openat) {
+    } else if (op.code == op_code::accept || op.code == op_code::openat || op.code == op_code::openat2) {
         ::close(static_cast<int>(op.result));
     } else if (op.code == op_code::recvmsg && op.args.msg) {
         ::msghdr* msg = op.args.msg;

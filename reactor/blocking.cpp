@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -34,6 +37,14 @@ std::int64_t sync_of(const operation& op) noexcept {
 #endif
 }
 
+std::int64_t open_beneath([[maybe_unused]] const operation& op, [[maybe_unused]] const file_args& a) noexcept {
+#if defined(__linux__) && defined(SYS_openat2)
+    return or_errno(::syscall(SYS_openat2, op.fd, a.path, a.data, a.size));
+#else
+    return -ENOSYS;
+#endif
+}
+
 }  // namespace
 
 std::int64_t perform_blocking(const operation& op) noexcept {
@@ -49,6 +60,7 @@ std::int64_t perform_blocking(const operation& op) noexcept {
             case op_code::fsync: r = sync_of(op); break;
             case op_code::openat:
                 return or_errno(::openat(op.fd, a->path, op.flags | O_CLOEXEC, static_cast<::mode_t>(a->mode)));
+            case op_code::openat2: return open_beneath(op, *a);
             case op_code::close: return or_errno(::close(op.fd));
             case op_code::statx: r = stat_of(op, *a); break;
             case op_code::renameat: r = or_errno(::renameat(op.fd, a->path, op.fd, a->path2)); break;

@@ -203,6 +203,10 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
             case op_code::openat:
                 ::io_uring_prep_openat(sqe, fd, op.args.file->path, op.flags | O_CLOEXEC, op.args.file->mode);
                 break;
+            case op_code::openat2:
+                // The caller's open_how asks for O_CLOEXEC itself (file.cpp).
+                ::io_uring_prep_openat2(sqe, fd, op.args.file->path, static_cast<::open_how*>(op.args.file->data));
+                break;
             case op_code::close: ::io_uring_prep_close(sqe, fd); break;
             case op_code::statx:
                 ::io_uring_prep_statx(sqe, fd, op.args.file->path, op.flags, op.args.file->mode,
@@ -404,7 +408,7 @@ void io_uring_backend::forget(operation& op) noexcept {
     }
     // An accept (or open) that won the race made a descriptor nobody will
     // ever see.
-    if (op.code == op_code::accept || op.code == op_code::openat) {
+    if (op.code == op_code::accept || op.code == op_code::openat || op.code == op_code::openat2) {
         const std::uint64_t data = user_data_of(index);
         for (completion& c : m_collected) {
             if (c.user_data == data && c.res >= 0) {

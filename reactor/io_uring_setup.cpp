@@ -89,6 +89,7 @@ constexpr kernel_op kernel_op_of(op_code code) noexcept {
         case op_code::unlinkat: return {IORING_OP_UNLINKAT, "UNLINKAT"};
         case op_code::mkdirat: return {IORING_OP_MKDIRAT, "MKDIRAT"};
         case op_code::truncate: return {io_uring_op_ftruncate, "FTRUNCATE"};
+        case op_code::openat2: return {IORING_OP_OPENAT2, "OPENAT2"};
     }
     return {IORING_OP_NOP, "NOP"};
 }

@@ -82,6 +82,7 @@ inline std::int64_t perform(operation& op) noexcept {
             case op_code::writev_at:
             case op_code::fsync:
             case op_code::openat:
+            case op_code::openat2:
             case op_code::close:
             case op_code::statx:
             case op_code::renameat:

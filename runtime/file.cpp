@@ -16,6 +16,9 @@
 #include <spindle/reactor/blocking.hpp>
 
 #include <dirent.h>
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#endif
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -145,7 +148,8 @@ file_wait::~file_wait() {
         if (m_job->m_ran.load(std::memory_order_acquire)) made = m_job->m_result;
         release_job(*m_job);
     }
-    if (m_code == detail::io_code::openat && !m_answered && made >= 0) close_in_background(static_cast<int>(made));
+    const bool opens = m_code == detail::io_code::openat || m_code == detail::io_code::openat2;
+    if (opens && !m_answered && made >= 0) close_in_background(static_cast<int>(made));
 }
 
 bool file_wait::ready() {
@@ -372,6 +376,27 @@ task<result<file>> file::open(std::string path, int flags, unsigned mode, std::s
         co_await parked<detail::file_open_wait>(std::move(token), AT_FDCWD, detail::io_code::openat, flags, a);
     if (!fd) co_return fd.error();
     co_return file(*fd);
+}
+
+task<result<file>> file::open_beneath(int directory, std::string path, int flags, unsigned mode,
+                                      std::stop_token token) {
+#if defined(__linux__) && defined(RESOLVE_BENEATH)
+    ::open_how how{};
+    how.flags = static_cast<std::uint64_t>(static_cast<unsigned>(flags | O_CLOEXEC));
+    if (flags & (O_CREAT | O_TMPFILE)) how.mode = mode;  // openat2 refuses a mode otherwise
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    file_args a;
+    a.path = path.c_str();
+    a.data = &how;
+    a.size = sizeof how;
+    result<int> fd =
+        co_await parked<detail::file_open_wait>(std::move(token), directory, detail::io_code::openat2, 0, a);
+    if (!fd) co_return fd.error();
+    co_return file(*fd);
+#else
+    (void)directory, (void)path, (void)flags, (void)mode, (void)token;
+    co_return std::make_error_code(std::errc::function_not_supported);
+#endif
 }
 
 file& file::operator=(file&& other) noexcept {

@@ -50,7 +50,8 @@ io_kind kind_of(reactor::op_code code) noexcept {
         case reactor::op_code::renameat:
         case reactor::op_code::unlinkat:
         case reactor::op_code::mkdirat:
-        case reactor::op_code::truncate: return io_kind::file;
+        case reactor::op_code::truncate:
+        case reactor::op_code::openat2: return io_kind::file;
     }
     return io_kind::poll;
 }
@@ -123,7 +124,7 @@ static_assert(static_cast<std::uint32_t>(readable) == reactor::readable && stati
     static_assert(static_cast<int>(io_code::code) == static_cast<int>(reactor::op_code::code));
 SPINDLE_REACTOR_OPERATIONS(SPINDLE_IO_CODE_MATCHES)
 #undef SPINDLE_IO_CODE_MATCHES
-static_assert(static_cast<std::size_t>(io_code::truncate) + 1 == reactor::op_code_count);
+static_assert(static_cast<std::size_t>(io_code::openat2) + 1 == reactor::op_code_count);
 // file_args mirrors the reactor's, whose pointer the operation carries.
 #define SPINDLE_FILE_ARG_MATCHES(field)                                                \
     static_assert(offsetof(file_args, field) == offsetof(reactor::file_args, field) && \

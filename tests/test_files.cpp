@@ -371,6 +371,63 @@ TEST_CASE("spindle::read of a regular file never blocks the loop: io_uring reads
     ::close(fd);
 }
 
+TEST_CASE("open_beneath: paths inside a directory open, paths that leave it are refused") {
+    scratch dir;
+    scratch outside;
+    loop l;
+    const int before = open_descriptors();
+    run(l, [&]() -> task<void> {
+        {
+            const auto checked = co_await fs::make_directory(dir / "in");
+            CHECK(checked);
+        }
+        {
+            const auto checked = co_await fs::write_file(dir / "in/f", "inside");
+            CHECK(checked);
+        }
+        {
+            const auto checked = co_await fs::write_file(outside / "secret", "outside");
+            CHECK(checked);
+        }
+        ::symlink((outside / "secret").c_str(), (dir / "leaves").c_str());
+        ::symlink("in/f", (dir / "stays").c_str());
+        result<file> root = co_await file::open(dir.path, O_RDONLY | O_DIRECTORY);
+        REQUIRE(root);
+        result<file> f = co_await file::open_beneath(root->fd(), "stays");
+        if (!f && f.error() == std::errc::function_not_supported) {
+            WARN("no openat2 here (Linux before 5.6)");
+            co_return;
+        }
+        REQUIRE(f);
+        std::string buf(16, '\0');
+        result<std::size_t> n = co_await f->read_at(writable(buf), 0);
+        CHECK(buf.substr(0, n.value()) == "inside");
+        {
+            const auto checked = co_await file::open_beneath(root->fd(), "leaves");
+            CHECK(checked.error() == std::errc::cross_device_link);
+        }
+        {
+            const auto checked = co_await file::open_beneath(root->fd(), "in/../../x");
+            CHECK(checked.error() == std::errc::cross_device_link);
+        }
+        {
+            const auto checked = co_await file::open_beneath(root->fd(), outside / "secret");
+            CHECK(checked.error() == std::errc::cross_device_link);
+        }
+        {
+            const auto checked = co_await file::open_beneath(root->fd(), "missing");
+            CHECK(checked.error() == std::errc::no_such_file_or_directory);
+        }
+        result<file> made = co_await file::open_beneath(root->fd(), "in/new", O_WRONLY | O_CREAT, 0600);
+        REQUIRE(made);
+        {
+            const auto checked = co_await made->stat();
+            CHECK(checked.value().permissions == 0600);
+        }
+    }());
+    CHECK(descriptors_back_to(l, before));
+}
+
 TEST_CASE("read_file and write_file, plain and atomic") {
     scratch dir;
     loop l;

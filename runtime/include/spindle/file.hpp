@@ -183,6 +183,14 @@ public:
     [[nodiscard]] static task<result<file>> open(std::string path, int flags = O_RDONLY, unsigned mode = 0644,
                                                  std::stop_token token = {});
 
+    /// Opens `path` beneath the directory open as `directory` (a descriptor,
+    /// which stays the caller's; a file's fd()): no "..", no symbolic
+    /// link, absolute or relative, leads out of it (openat2(2) with
+    /// RESOLVE_BENEATH, Linux 5.6: function_not_supported before, and
+    /// elsewhere; cross_device_link for a path that would leave).
+    [[nodiscard]] static task<result<file>> open_beneath(int directory, std::string path, int flags = O_RDONLY,
+                                                         unsigned mode = 0644, std::stop_token token = {});
+
     /// A closed file.
     file() noexcept = default;
     /// Takes over `fd` (closed with the file).

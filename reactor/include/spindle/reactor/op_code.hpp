@@ -50,9 +50,10 @@ enum class op_direction : std::uint8_t {
     X(renameat, "rename", none)             /* renameat(2) in fd: args.file {path, path2} */          \
     X(unlinkat, "remove", none)             /* unlinkat(2) in fd: args.file {path}, flags */          \
     X(mkdirat, "make directory", none)      /* mkdirat(2) in fd: args.file {path, mode} */            \
-    X(truncate, "truncate", none)           /* ftruncate(2) to args.file.offset */
+    X(truncate, "truncate", none)           /* ftruncate(2) to args.file.offset */                    \
+    X(openat2, "open beneath", none)        /* openat2(2) in fd: args.file {path, data = open_how, size} */
 
-/// A path operation (openat, statx, renameat, unlinkat, mkdirat) takes
+/// A path operation (openat, openat2, statx, renameat, unlinkat, mkdirat) takes
 /// its directory in operation::fd, and AT_FDCWD (negative) is one.
 /// fsync's flags: fdatasync(2) instead of fsync(2).
 inline constexpr int datasync = 1;
@@ -99,7 +100,7 @@ constexpr bool is_file_op(op_code code) noexcept { return direction_of(code) == 
 
 /// A path operation, whose fd is a directory and may be AT_FDCWD.
 constexpr bool is_path_op(op_code code) noexcept {
-    return code == op_code::openat || code == op_code::statx || code == op_code::renameat ||
+    return code == op_code::openat || code == op_code::openat2 || code == op_code::statx || code == op_code::renameat ||
            code == op_code::unlinkat || code == op_code::mkdirat;
 }
 

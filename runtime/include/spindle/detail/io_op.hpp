@@ -37,6 +37,7 @@ enum class io_code : std::uint8_t {
     unlinkat,   // unlinkat(2) in fd
     mkdirat,    // mkdirat(2) in fd
     truncate,   // ftruncate(2)
+    openat2,    // openat2(2) in fd: data points to a struct open_how
 };
 
 /// The arguments of a file operation, kept by its wait (the reactor's
