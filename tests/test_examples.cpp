@@ -122,6 +122,14 @@ public:
         FAIL("the process did not exit within " << limit.count() << " s; output: " << m_output);
         return -1;
     }
+    /// Waits (at most `limit`) until the output holds `marker`.
+    bool wait_output(std::string_view marker, std::chrono::seconds limit = 10s) {
+        if (m_output.find(marker) != std::string::npos) return true;
+        m_output += read_until(m_out, std::chrono::steady_clock::now() + limit, [&](const std::string& more) {
+            return (m_output + more).find(marker) != std::string::npos;
+        });
+        return m_output.find(marker) != std::string::npos;
+    }
     const std::string& output() const { return m_output; }
 
 private:
@@ -1424,3 +1432,117 @@ TEST_CASE("spindle-http --root over TLS: a large file and a range, byte for byte
     CHECK(exited_cleanly(server.stop(SIGTERM)));
 }
 #endif
+
+// spindle-supervise: line prefixes, exit statuses, restarts with back-off, the
+// grace period and SIGKILL after it, and bad arguments.
+
+namespace {
+
+/// The pid the supervisor gave command `index` in its `started` line, or -1.
+pid_t started_pid(const std::string& output, int index, std::size_t nth = 0) {
+    const std::string marker = "supervise: [" + std::to_string(index) + ":";
+    std::size_t at = 0;
+    for (std::size_t seen = 0;; ++seen) {
+        at = output.find(marker, at);
+        if (at == std::string::npos) return -1;
+        at += marker.size();
+        const auto end = output.find(']', at);
+        if (output.compare(end, 10, "] started:") == 0) {
+            if (seen == nth) return std::stoi(output.substr(at, end - at));
+        } else {
+            --seen;
+        }
+    }
+}
+
+bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+TEST_CASE("spindle-supervise relays every line with its command's index and pid, and exits with the first failure") {
+    const std::string supervise = program("SPINDLE_SUPERVISE");
+    const command_result r = run({supervise, "--restart", "never", "--", "sh", "-c",
+                                  "echo one; echo two >&2; sleep 0.2; printf 'no newline'; exit 3", "--", "sh", "-c",
+                                  "sleep 0.5; exit 4", "--", "true"});
+    INFO(r.output);
+    CHECK(r.status == 3);  // the first to fail, not the last
+    const pid_t first = started_pid(r.output, 0);
+    REQUIRE(first > 0);
+    const std::string tag = "[0:" + std::to_string(first) + "] ";
+    CHECK(r.output.find(tag + "one\n") != std::string::npos);
+    CHECK(r.output.find(tag + "two\n") != std::string::npos);
+    CHECK(r.output.find(tag + "no newline\n") != std::string::npos);
+    CHECK(r.output.find("ended: exit code 4") != std::string::npos);
+    CHECK(count(r.output, "started:") == 3);  // never: no restart
+    CHECK(started_pid(r.output, 2) > 0);
+    // A death by signal is 128 + the signal, as a shell reports it.
+    const command_result killed = run({supervise, "--restart=never", "--", "sh", "-c", "kill -KILL $$"});
+    CHECK(killed.status == 128 + SIGKILL);
+    const command_result fine = run({supervise, "--restart", "on-failure", "--", "true", "--", "true"});
+    CHECK(fine.status == 0);
+    CHECK(count(fine.output, "started:") == 2);  // on-failure: a success is not restarted
+}
+
+TEST_CASE("spindle-supervise restarts by its policy with back-off, and stops on SIGTERM") {
+    const std::string supervise = program("SPINDLE_SUPERVISE");
+    for (const char* policy : {"on-failure", "always"}) {
+        INFO(policy);
+        process p({supervise, "--restart", policy, "--", "sh", "-c",
+                   std::string(policy) == "always" ? "echo run" : "echo run; exit 1"});
+        // 100, 200 and 400 ms between the first four runs.
+        REQUIRE(p.wait_output("restart in 400 ms", 10s));
+        CHECK(p.output().find("restart in 100 ms") != std::string::npos);
+        CHECK(p.output().find("restart in 200 ms") != std::string::npos);
+        CHECK(exited_cleanly(p.stop(SIGTERM)));
+        CHECK(p.output().find("caught SIGTERM") != std::string::npos);
+    }
+}
+
+TEST_CASE("spindle-supervise: SIGTERM to every command, SIGKILL after the grace period") {
+    const std::string supervise = program("SPINDLE_SUPERVISE");
+    // One that ends on SIGTERM and one that ignores it (so does its sleep,
+    // which inherits the ignored disposition).
+    process p({supervise, "--grace-ms", "500", "--", "sleep", "30", "--", "sh", "-c",
+               "trap '' TERM; echo ready; sleep 30; echo never"});
+    REQUIRE(p.wait_output("] ready\n"));
+    const pid_t polite = started_pid(p.output(), 0);
+    const pid_t stubborn = started_pid(p.output(), 1);
+    REQUIRE(polite > 0);
+    REQUIRE(stubborn > 0);
+    const auto before = std::chrono::steady_clock::now();
+    const int status = p.stop(SIGTERM);
+    const auto took = std::chrono::steady_clock::now() - before;
+    INFO(p.output());
+    CHECK(exited_cleanly(status));
+    CHECK(took >= 450ms);  // the grace period was given
+    CHECK(took < 5s);
+    CHECK(p.output().find("[1:" + std::to_string(stubborn) + "] still running after the grace period: SIGKILL") !=
+          std::string::npos);
+    CHECK(p.output().find("killed by signal 15") != std::string::npos);  // the polite one
+    CHECK(p.output().find("killed by signal 9") != std::string::npos);   // the stubborn one
+    CHECK(p.output().find("] never") == std::string::npos);
+    CHECK(process_gone(polite));
+    CHECK(process_gone(stubborn));
+}
+
+TEST_CASE("spindle-supervise: every bad argument is a clear error and exit status 2") {
+    const std::string supervise = program("SPINDLE_SUPERVISE");
+    const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+        {{}, "no command"},
+        {{"--restart", "sometimes", "--", "true"}, "--restart takes always, on-failure or never"},
+        {{"--restart"}, "--restart takes"},
+        {{"--grace-ms", "-1", "--", "true"}, "--grace-ms takes a whole number"},
+        {{"--grace-ms", "5s", "--", "true"}, "--grace-ms takes a whole number"},
+        {{"--bogus", "--", "true"}, "unknown argument '--bogus'"},
+        {{"--", "true", "--"}, "command 1 is empty"},
+        {{"--", "spindle-no-such-program"}, "cannot start spindle-no-such-program: No such file or directory"},
+    };
+    for (const auto& [args, message] : bad) {
+        std::vector<std::string> argv{supervise};
+        argv.insert(argv.end(), args.begin(), args.end());
+        const command_result r = run(argv);
+        INFO(r.output);
+        CHECK(r.status == 2);
+        CHECK(r.output.find(message) != std::string::npos);
+    }
+}
