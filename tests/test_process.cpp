@@ -330,7 +330,7 @@ TEST_CASE("a process group of its own, signalled as a whole", "[process]") {
             process::spawn("sh", words("-c", "sleep 30 & sleep 30; wait"), {.new_process_group = true});
         REQUIRE(c);
         CHECK(::getpgid(c->pid()) == c->pid());
-        co_await spindle::sleep_for(100ms);  // the shell has started its two sleeps
+        (void)co_await spindle::sleep_for(100ms);  // the shell has started its two sleeps
         REQUIRE(c->kill_group(SIGKILL));
         const result<exit_status> s = co_await c->wait();
         result<process::child> plain = process::spawn("/bin/true");

@@ -22,6 +22,7 @@ STRUCTS = [
     ("listen_options", "net/include/spindle/net/listener.hpp", "docs/net.md"),
     ("resolve_hints", "net/include/spindle/net/resolve.hpp", "docs/net.md"),
     ("context_options", "net/tls/include/spindle/tls/context.hpp", "docs/tls.md"),
+    ("spawn_options", "process/include/spindle/process.hpp", "docs/processes.md"),
 ]
 
 # A data member: a type, a name, then a default or nothing, then ';'.
