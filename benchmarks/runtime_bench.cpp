@@ -5,6 +5,7 @@
 //
 // Usage: spindle-bench [case...]   (default: every case)
 
+#include <spindle/process.hpp>
 #include <spindle/spindle.hpp>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
@@ -475,6 +477,140 @@ void bench_file_read() {
         one, 1e9 / one, cpu_one, many, 1e9 / many, cpu_many, static_cast<unsigned long long>(bytes >> 20));
 }
 
+// --- process_spawn: start /bin/true and wait for its end --------------------------
+
+namespace process = spindle::process;
+using spindle::result;
+
+// SPINDLE_BENCH_SPAWNS sets the children per round (default 2000).
+long bench_spawns() {
+    const char* n = std::getenv("SPINDLE_BENCH_SPAWNS");
+    return std::max(n ? std::atol(n) : 2000L, 16L);
+}
+
+spindle::task<void> spawn_and_wait(long n, long& failed) {
+    for (long i = 0; i < n; ++i) {
+        result<process::child> c = process::spawn("/bin/true");
+        if (!c) {
+            ++failed;
+            continue;
+        }
+        const result<process::exit_status> s = co_await c->wait();
+        if (!s || !s->success()) ++failed;
+    }
+}
+
+double spawn_round(long n, long in_flight, long& failed) {
+    spindle::loop loop;
+    const double t0 = wall_ns();
+    loop.block_on([&]() -> spindle::task<void> {
+        std::vector<spindle::join_handle<void>> starters;
+        for (long i = 0; i < in_flight; ++i)
+            starters.push_back(spindle::loop::current().spawn(spawn_and_wait(n / in_flight, failed)));
+        for (auto& s : starters) co_await s;
+    }());
+    return (wall_ns() - t0) / static_cast<double>(n / in_flight * in_flight);
+}
+
+void bench_process_spawn() {
+    const long n = bench_spawns();
+    long failed = 0;
+    (void)spawn_round(16, 1, failed);  // the reaper, the loop's signal service
+    const double one = median_of(3, [&] { return spawn_round(n, 1, failed); });
+    const double many = median_of(3, [&] { return spawn_round(n, 8, failed); });
+    // The same with a large, touched heap: what fork(2) would copy page
+    // tables of (SPINDLE_BENCH_HEAP_MIB, default 1024; 0 leaves it out).
+    const char* heap_env = std::getenv("SPINDLE_BENCH_HEAP_MIB");
+    const long heap_mib = heap_env ? std::atol(heap_env) : 1024;
+    double heavy = 0;
+    if (heap_mib > 0) {
+        const std::size_t bytes = static_cast<std::size_t>(heap_mib) << 20;
+        void* heap = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (heap != MAP_FAILED) {
+            std::memset(heap, 1, bytes);
+            heavy = median_of(3, [&] { return spawn_round(n / 4, 1, failed); });
+            ::munmap(heap, bytes);
+        }
+    }
+    if (failed) std::printf("process_spawn: %ld children failed\n", failed);
+    std::printf(
+        "process_spawn ns_per_op=%.1f in_flight=1 spawns=%ld in_flight_8_ns_per_op=%.1f heap_mib=%ld "
+        "heap_ns_per_op=%.1f program=/bin/true\n",
+        one, n, many, heap_mib, heavy);
+}
+
+// --- process_pipe: bytes through `cat`, stdin pipe in, stdout pipe out -------------
+
+// SPINDLE_BENCH_CAT_MIB sets the bytes per round (default 256 MiB).
+std::size_t bench_cat_bytes() {
+    const char* mib = std::getenv("SPINDLE_BENCH_CAT_MIB");
+    return static_cast<std::size_t>(std::max(mib ? std::atol(mib) : 256L, 1L)) << 20;
+}
+
+spindle::task<void> feed(spindle::net::unix_stream& to, std::size_t bytes, long& failed) {
+    std::vector<std::byte> chunk(64 * 1024, std::byte{'x'});
+    for (std::size_t sent = 0; sent < bytes; sent += chunk.size()) {
+        const result<void> w = co_await to.write_all(chunk);
+        if (!w) {
+            ++failed;
+            break;
+        }
+    }
+    to.close();  // cat's end of input
+}
+
+spindle::task<void> drain(spindle::net::unix_stream& from, std::size_t& got, long& failed) {
+    std::vector<std::byte> buf(64 * 1024);
+    for (;;) {
+        const result<std::size_t> n = co_await from.read_some(buf);
+        if (!n) ++failed;
+        if (!n || *n == 0) break;
+        got += *n;
+    }
+}
+
+void bench_process_pipe() {
+    const std::size_t bytes = bench_cat_bytes();
+    long failed = 0;
+    double cpu_sum = 0;
+    const auto round = [&] {
+        spindle::loop loop;
+        std::size_t got = 0;
+        const double c0 = cpu_ns();
+        const double t0 = wall_ns();
+        process::spawn_options options;
+        options.stdin_from = process::stdio::pipe();
+        options.stdout_to = process::stdio::pipe();
+        const std::vector<std::string> no_args;
+        loop.block_on([&]() -> spindle::task<void> {
+            result<process::child> c = process::spawn("cat", no_args, options);
+            if (!c) {
+                ++failed;
+                co_return;
+            }
+            spindle::join_handle<void> in = spindle::loop::current().spawn(feed(c->stdin_pipe(), bytes, failed));
+            spindle::join_handle<void> out = spindle::loop::current().spawn(drain(c->stdout_pipe(), got, failed));
+            co_await in;
+            co_await out;
+            const result<process::exit_status> s = co_await c->wait();
+            if (!s || !s->success()) ++failed;
+        }());
+        const double wall = wall_ns() - t0;
+        cpu_sum += cpu_ns() - c0;
+        if (got != bytes) ++failed;
+        return wall;
+    };
+    (void)round();
+    cpu_sum = 0;
+    const double wall = median_of(3, round);
+    if (failed) std::printf("process_pipe: %ld rounds failed\n", failed);
+    const double mib = static_cast<double>(bytes >> 20);
+    std::printf(
+        "process_pipe ns_per_op=%.1f per_64kib mib_per_s=%.0f parent_cpu_ns_per_64kib=%.1f mib=%.0f "
+        "program=cat\n",
+        wall / (mib * 16), mib / (wall / 1e9), cpu_sum / 3 / (mib * 16), mib);
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -492,6 +628,8 @@ constexpr bench_case cases[] = {
     {"generator", &bench_generator},
     {"offload", &bench_offload},
     {"file_read", &bench_file_read},
+    {"process_spawn", &bench_process_spawn},
+    {"process_pipe", &bench_process_pipe},
 };
 
 }  // namespace
