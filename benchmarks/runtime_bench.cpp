@@ -541,10 +541,10 @@ void bench_process_spawn() {
 
 // --- process_pipe: bytes through `cat`, stdin pipe in, stdout pipe out -------------
 
-// SPINDLE_BENCH_CAT_MIB sets the bytes per round (default 256 MiB).
+// SPINDLE_BENCH_CAT_MIB sets the bytes per round (default 1024 MiB).
 std::size_t bench_cat_bytes() {
     const char* mib = std::getenv("SPINDLE_BENCH_CAT_MIB");
-    return static_cast<std::size_t>(std::max(mib ? std::atol(mib) : 256L, 1L)) << 20;
+    return static_cast<std::size_t>(std::max(mib ? std::atol(mib) : 1024L, 1L)) << 20;
 }
 
 spindle::task<void> feed(spindle::net::unix_stream& to, std::size_t bytes, long& failed) {

@@ -309,7 +309,7 @@ static void bench_process_spawn(void) {
         one, n, many, heap_mib, heavy);
 }
 
-/* process_pipe: SPINDLE_BENCH_CAT_MIB (default 256) through `cat`: 64 KiB
+/* process_pipe: SPINDLE_BENCH_CAT_MIB (default 1024) through `cat`: 64 KiB
  * writes to its stdin pipe, one in flight, while its stdout pipe is read. */
 static char cat_chunk[64 * 1024];
 static char cat_buf[64 * 1024];
@@ -389,7 +389,7 @@ static double cat_round(double* cpu_sum) {
 
 static void bench_process_pipe(void) {
     const char* env = getenv("SPINDLE_BENCH_CAT_MIB");
-    long mib = env ? atol(env) : 256;
+    long mib = env ? atol(env) : 1024;
     if (mib < 1) mib = 1;
     cat_bytes = (size_t)mib << 20;
     memset(cat_chunk, 'x', sizeof cat_chunk);
