@@ -37,6 +37,7 @@ int send_by_pidfd(int, int) noexcept {
 child::child(child&& other) noexcept
     : m_pid(std::exchange(other.m_pid, -1)),
       m_pidfd(std::move(other.m_pidfd)),
+      m_waiting(other.m_waiting),
       m_kill_on_destroy(other.m_kill_on_destroy),
       m_group(other.m_group),
       m_status(std::exchange(other.m_status, std::nullopt)),
@@ -49,6 +50,7 @@ child& child::operator=(child&& other) noexcept {
         release();
         m_pid = std::exchange(other.m_pid, -1);
         m_pidfd = std::move(other.m_pidfd);
+        m_waiting = other.m_waiting;
         m_kill_on_destroy = other.m_kill_on_destroy;
         m_group = other.m_group;
         m_status = std::exchange(other.m_status, std::nullopt);
@@ -99,7 +101,13 @@ task<result<exit_status>> child::wait(std::stop_token token) {
     // waiter wakes on each delivery and looks for its own child only
     // (waitid by pid): deliveries coalesce, and children that the
     // application started itself are never reaped here.
-    if (!m_pidfd) loop::current().catch_signal(SIGCHLD);
+    // A kqueue sees the end itself (EVFILT_PROC): no signal, no race, since
+    // a filter added for a child that has already ended fires at once.
+    const bool on_kqueue = loop::current().backend() == backend_kind::kqueue;
+    const bool by_filter = !m_pidfd &&
+                           (m_waiting == wait_method::kqueue || (m_waiting == wait_method::automatic && on_kqueue));
+    if (by_filter && !on_kqueue) co_return make_error_code(std::errc::operation_not_supported);
+    if (!m_pidfd && !by_filter) loop::current().catch_signal(SIGCHLD);
     m_pidfd.adopt_current_loop();
     for (;;) {
         result<std::optional<exit_status>> now = try_wait();
@@ -109,6 +117,12 @@ task<result<exit_status>> child::wait(std::stop_token token) {
             // A pidfd is readable once its process has ended.
             result<int> ready = co_await wait_readable(m_pidfd.get(), token);
             if (!ready) co_return ready.error();
+        } else if (by_filter) {
+            spindle::detail::io_request ended;
+            ended.fd = m_pid;
+            ended.code = spindle::detail::io_code::process_exit;
+            result<int> exited = co_await io_awaiter<int>(token, ended);
+            if (!exited) co_return exited.error();
         } else {
             result<int> signalled = co_await wait_signal(SIGCHLD, token);
             if (!signalled) co_return signalled.error();

@@ -153,7 +153,8 @@ result<child> spawn(std::string_view program, const std::vector<std::string>& ar
             if (!pidfds_available()) return make_error_code(std::errc::function_not_supported);
             by_pidfd = true;
             break;
-        case wait_method::sigchld: break;
+        case wait_method::sigchld:
+        case wait_method::kqueue: break;
     }
     spawn_plan plan;
     if (int e = posix_spawnattr_init(&plan.attr)) return os_error(e);
@@ -227,6 +228,7 @@ result<child> spawn(std::string_view program, const std::vector<std::string>& ar
     c.m_pid = pid;
     c.m_kill_on_destroy = options.kill_on_destroy;
     c.m_group = options.new_session || options.new_process_group;
+    c.m_waiting = options.waiting;
     if (by_pidfd) {
         // Race-free: the child is ours and unreaped, so its pid cannot have
         // been reused yet (short of a waitpid(-1) elsewhere in the process).

@@ -78,7 +78,8 @@ std::int64_t perform_blocking(const operation& op) noexcept {
             case op_code::accept:
             case op_code::connect:
             case op_code::poll:
-            case op_code::recv_pooled: return -EINVAL;
+            case op_code::recv_pooled:
+            case op_code::process_exit: return -EINVAL;
         }
         if (r != -EINTR) return r;
     }

@@ -63,7 +63,8 @@ bool epoll_backend::ensure_registered(int fd, fd_state& st) {
 }
 
 bool epoll_backend::submit(operation& op) {
-    if (is_file_op(op.code)) return complete_now(op, -EOPNOTSUPP);  // never on the loop's thread
+    // File operations never run on the loop's thread; a child's end is its pidfd's readiness here.
+    if (is_file_op(op.code) || op.code == op_code::process_exit) return complete_now(op, -EOPNOTSUPP);
     if (op.fd < 0) return complete_now(op, -EBADF);
     op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);

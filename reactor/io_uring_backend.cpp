@@ -229,6 +229,7 @@ bool io_uring_backend::queue_request(std::uint32_t index) noexcept {
                 else
                     ::io_uring_prep_poll_add(sqe, fd, poll_mask(op.events));
                 break;
+            case op_code::process_exit: ::io_uring_prep_nop(sqe); break;  // never: performs() refuses it
         }
     }
     ::io_uring_sqe_set_data64(sqe, user_data_of(index));
@@ -312,6 +313,7 @@ void io_uring_backend::flush() noexcept {
 // --- the backend interface ----------------------------------------------------
 
 bool io_uring_backend::performs(op_code code) const noexcept {
+    if (code == op_code::process_exit) return false;  // a pidfd's poll instead
     return !is_file_op(code) || (m_file_ops & (1u << static_cast<unsigned>(code))) != 0;
 }
 

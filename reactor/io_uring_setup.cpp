@@ -90,6 +90,7 @@ constexpr kernel_op kernel_op_of(op_code code) noexcept {
         case op_code::mkdirat: return {IORING_OP_MKDIRAT, "MKDIRAT"};
         case op_code::truncate: return {io_uring_op_ftruncate, "FTRUNCATE"};
         case op_code::openat2: return {IORING_OP_OPENAT2, "OPENAT2"};
+        case op_code::process_exit: return {IORING_OP_NOP, "NOP"};  // never submitted: performs() refuses it
     }
     return {IORING_OP_NOP, "NOP"};
 }

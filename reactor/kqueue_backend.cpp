@@ -176,8 +176,35 @@ void kqueue_backend::filter_failed(const struct kevent& ev) noexcept {
     }
 }
 
+// EV_ONESHOT: a process ends once. Added at once, with its receipt: a child
+// that had already ended is answered now, not by a poll() that never comes.
+bool kqueue_backend::watch_process(operation& op) {
+    const int pid = op.fd;
+    if (pid <= 0) return complete_now(op, -EINVAL);
+    if (!watching_process(pid)) {
+        struct kevent ev {};
+        EV_SET(&ev, static_cast<std::uintptr_t>(pid), EVFILT_PROC, EV_ADD | EV_ONESHOT, NOTE_EXIT, 0, to_udata(0));
+        const int r = apply_with_receipts(m_kq, &ev, 1);
+        if (r < 0) throw std::system_error(-r, std::system_category(), "kevent(EVFILT_PROC)");
+        // ESRCH: no such process to watch, which some kernels say of one that
+        // has ended and waits to be reaped. The caller's waitid says which.
+        if (r == 1 && ev.data == ESRCH) return complete_now(op, 0);
+        if (r == 1 && ev.data != 0) return complete_now(op, -static_cast<std::int64_t>(ev.data));
+    }
+    park_process(op);
+    return false;
+}
+
+void kqueue_backend::unwatch_process(int pid) noexcept {
+    struct kevent ev {};
+    EV_SET(&ev, static_cast<std::uintptr_t>(pid), EVFILT_PROC, EV_DELETE, 0, 0, to_udata(0));
+    // ENOENT when its event fired (and EV_ONESHOT dropped it) in this poll: fine.
+    apply_with_receipts(m_kq, &ev, 1);
+}
+
 bool kqueue_backend::submit(operation& op) {
     if (is_file_op(op.code)) return complete_now(op, -EOPNOTSUPP);  // never on the loop's thread
+    if (op.code == op_code::process_exit) return watch_process(op);
     if (op.fd < 0) return complete_now(op, -EBADF);
     op.connect_started = false;  // an operation used again starts a new connect
     fd_state& st = state_of(op.fd);
@@ -259,6 +286,10 @@ int kqueue_backend::poll(std::chrono::nanoseconds timeout) {
     for (int i = 0; i < n; ++i) {
         const struct kevent& ev = events[i];
         if (ev.filter == EVFILT_USER) continue;  // wake(): EV_CLEAR has reset it
+        if (ev.filter == EVFILT_PROC) {
+            process_ended(static_cast<int>(ev.ident));  // EV_ONESHOT: the filter is gone
+            continue;
+        }
         if (ev.flags & EV_ERROR) {
             filter_failed(ev);
             continue;

@@ -5,7 +5,8 @@
 // EV_CLEAR, so it reports edges and is never re-armed per operation. The
 // filters an I/O operation needs are sent with the next poll()'s kevent()
 // call, not one syscall each; readiness waits add theirs at once and ask
-// poll(2) for the current state.
+// poll(2) for the current state. A child's end (process_exit) is
+// EVFILT_PROC with NOTE_EXIT, one filter per pid however many wait for it.
 
 #include "readiness_backend.hpp"
 
@@ -32,6 +33,7 @@ public:
     int native_handle() const noexcept override;
     void flush() noexcept override;
     backend_kind kind() const noexcept override { return backend_kind::kqueue; }
+    bool performs(op_code code) const noexcept override { return !is_file_op(code); }
 
 private:
     void queue_filters(int fd, fd_state& st, std::uint32_t wanted);
@@ -39,6 +41,8 @@ private:
     void flush_changes();
     void filter_failed(const struct kevent& ev) noexcept;
     void recheck_waiting_fds();  // libkqueue only
+    bool watch_process(operation& op);
+    void unwatch_process(int pid) noexcept override;
 
     int m_kq = -1;
     // Filters to add, sent with the next poll()'s kevent() (never more than

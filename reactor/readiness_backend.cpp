@@ -17,6 +17,7 @@ namespace {
 constexpr std::uint8_t in_fd_list = 1;
 constexpr std::uint8_t in_deferred = 2;
 constexpr std::uint8_t in_postponed = 3;
+constexpr std::uint8_t in_processes = 4;
 
 // libkqueue reads SO_ERROR to fill in an event's fflags, and reading it
 // clears it: the syscall that follows finds no error (a refused connect looks
@@ -197,13 +198,40 @@ void readiness_backend::finish(operation& op, std::int64_t result) noexcept {
 }
 
 void readiness_backend::unlink(operation& op) noexcept {
-    if (op.backend_tag == in_deferred)
+    if (op.backend_tag == in_deferred) {
         m_deferred.erase(op);
-    else if (op.backend_tag == in_postponed)
+    } else if (op.backend_tag == in_postponed) {
         m_postponed.erase(op);
-    else
+    } else if (op.backend_tag == in_processes) {
+        m_processes.erase(op);
+        if (!watching_process(op.fd)) unwatch_process(op.fd);
+    } else {
         list_for(op).erase(op);
+    }
     op.backend_tag = 0;
+}
+
+void readiness_backend::park_process(operation& op) noexcept {
+    op.state = op_state::pending;
+    m_processes.push_back(op);
+    op.backend_tag = in_processes;
+}
+
+bool readiness_backend::watching_process(int pid) const noexcept {
+    for (const operation* op = m_processes.head; op; op = op->next)
+        if (op->fd == pid) return true;
+    return false;
+}
+
+void readiness_backend::process_ended(int pid) noexcept {
+    for (operation* op = m_processes.head; op;) {
+        operation* next = op->next;
+        if (op->fd == pid) {
+            m_processes.erase(*op);
+            finish(*op, 0);
+        }
+        op = next;
+    }
 }
 
 void readiness_backend::cancel(operation& op) noexcept {

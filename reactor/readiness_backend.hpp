@@ -81,6 +81,14 @@ protected:
     bool has_deferred() const noexcept { return !m_deferred.empty() || !m_postponed.empty(); }
     void finish(operation& op, std::int64_t result) noexcept;
 
+    // process_exit, on a backend that performs it (kqueue): its waits, by pid.
+    // The backend watches each pid once, however many wait for it, and is
+    // told (unwatch_process) when the last wait for one goes.
+    void park_process(operation& op) noexcept;
+    bool watching_process(int pid) const noexcept;
+    void process_ended(int pid) noexcept;
+    virtual void unwatch_process(int /*pid*/) noexcept {}
+
     static std::uint32_t ready_now(int fd, std::uint32_t events) noexcept;
     // Null for no limit (a negative timeout).
     static ::timespec* to_timespec(std::chrono::nanoseconds timeout, ::timespec& ts) noexcept;
@@ -107,6 +115,7 @@ private:
     // after a quiet spell) does not lend a buffer to each before any task
     // has run to give one back.
     op_list m_postponed;
+    op_list m_processes;  // process_exit waits
     std::size_t m_read_buffer_size;
     std::uint32_t m_read_buffer_batch;
     buffer_pool* m_pool = nullptr;  // made by the first pooled receive

@@ -21,7 +21,8 @@ inline bool is_reader(const operation& op) noexcept {
         case op_direction::reader: return true;
         case op_direction::writer: return false;
         case op_direction::by_events: return (op.events & readable) != 0;
-        case op_direction::none: return false;
+        case op_direction::none:
+        case op_direction::process: return false;
     }
     return false;
 }
@@ -74,7 +75,8 @@ inline std::int64_t perform(operation& op) noexcept {
             // Not single syscalls: the backends run these their own way.
             case op_code::connect:
             case op_code::poll:
-            case op_code::recv_pooled: return -EINVAL;
+            case op_code::recv_pooled:
+            case op_code::process_exit: return -EINVAL;
             // File operations: never on a loop's thread (perform_blocking).
             case op_code::read_at:
             case op_code::write_at:

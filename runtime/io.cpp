@@ -52,6 +52,7 @@ io_kind kind_of(reactor::op_code code) noexcept {
         case reactor::op_code::mkdirat:
         case reactor::op_code::truncate:
         case reactor::op_code::openat2: return io_kind::file;
+        case reactor::op_code::process_exit: return io_kind::poll;
     }
     return io_kind::poll;
 }
@@ -124,7 +125,7 @@ static_assert(static_cast<std::uint32_t>(readable) == reactor::readable && stati
     static_assert(static_cast<int>(io_code::code) == static_cast<int>(reactor::op_code::code));
 SPINDLE_REACTOR_OPERATIONS(SPINDLE_IO_CODE_MATCHES)
 #undef SPINDLE_IO_CODE_MATCHES
-static_assert(static_cast<std::size_t>(io_code::openat2) + 1 == reactor::op_code_count);
+static_assert(static_cast<std::size_t>(io_code::process_exit) + 1 == reactor::op_code_count);
 // file_args mirrors the reactor's, whose pointer the operation carries.
 #define SPINDLE_FILE_ARG_MATCHES(field)                                                \
     static_assert(offsetof(file_args, field) == offsetof(reactor::file_args, field) && \
@@ -199,7 +200,7 @@ spindle::result<borrowed_buffer> borrowed_read_wait::take() noexcept {
 void io_wait::describe(std::string& out) const {
     const reactor::operation& op = io_access::op(*this);
     out += reactor::to_string(op.code);
-    out += " on fd ";
+    out += op.code == reactor::op_code::process_exit ? " of pid " : " on fd ";
     out += std::to_string(op.fd);
 }
 

@@ -50,9 +50,23 @@ using process::stdio;
 
 namespace {
 
-const process::wait_method both_methods[] = {process::wait_method::pidfd, process::wait_method::sigchld};
+/// Every way of waiting this test's backend has: a pidfd and SIGCHLD, and
+/// EVFILT_PROC on kqueue.
+std::vector<process::wait_method> methods_here() {
+    std::vector<process::wait_method> m{process::wait_method::pidfd, process::wait_method::sigchld};
+    if (loop().backend() == spindle::backend_kind::kqueue) m.push_back(process::wait_method::kqueue);
+    return m;
+}
 
-const char* name_of(process::wait_method m) { return m == process::wait_method::pidfd ? "pidfd" : "sigchld"; }
+const char* name_of(process::wait_method m) {
+    switch (m) {
+        case process::wait_method::pidfd: return "pidfd";
+        case process::wait_method::sigchld: return "sigchld";
+        case process::wait_method::kqueue: return "kqueue";
+        case process::wait_method::automatic: break;
+    }
+    return "automatic";
+}
 
 /// This process's children as /proc lists them: (pid, state).
 std::vector<std::pair<pid_t, char>> children_of_ours() {
@@ -124,7 +138,7 @@ std::string text_of_proc(pid_t pid, const char* field) {
 
 TEST_CASE("a child's exit code and its death by a signal", "[process]") {
     no_zombies_after check;
-    for (auto method : both_methods) {
+    for (auto method : methods_here()) {
         INFO(name_of(method));
         loop l;
         spawn_options o{.waiting = method};
@@ -297,7 +311,7 @@ TEST_CASE("a child starts with no signal blocked or ignored", "[process]") {
 
 TEST_CASE("a cancelled wait leaves the child running; kill, then wait", "[process]") {
     no_zombies_after check;
-    for (auto method : both_methods) {
+    for (auto method : methods_here()) {
         INFO(name_of(method));
         loop l;
         const bool ok = run(l, [](process::wait_method m) -> task<bool> {
@@ -320,6 +334,63 @@ TEST_CASE("a cancelled wait leaves the child running; kill, then wait", "[proces
         }(method));
         CHECK(ok);
     }
+}
+
+TEST_CASE("EVFILT_PROC: a kqueue loop sees a child end by itself; others refuse it", "[process]") {
+    no_zombies_after check;
+    loop l;
+    if (l.backend() != spindle::backend_kind::kqueue) {
+        const bool refused = run(l, []() -> task<bool> {
+            result<process::child> c =
+                process::spawn("sh", words("-c", "exit 0"), {.waiting = process::wait_method::kqueue});
+            REQUIRE(c);
+            const result<exit_status> s = co_await c->wait();
+            // Still this child's to reap, which try_wait does once it ends.
+            for (int i = 0; i < 500; ++i) {
+                result<std::optional<exit_status>> now = c->try_wait();
+                REQUIRE(now);
+                if (now->has_value()) break;
+                (void)co_await spindle::sleep_for(10ms);
+            }
+            co_return spindle::test::error_of(s) == std::errc::operation_not_supported;
+        }());
+        CHECK(refused);
+        return;
+    }
+    // Two waits for one child: the first withdrawn by its deadline, which
+    // must leave the filter in place for the second.
+    const bool ok = run(l, []() -> task<bool> {
+        result<process::child> c = process::spawn("sleep", words("30"), {.waiting = process::wait_method::kqueue});
+        REQUIRE(c);
+        auto short_wait = [](process::child& one) -> task<bool> {
+            const auto first = co_await spindle::with_timeout(30ms, one.wait());
+            co_return spindle::test::error_of(first) == std::errc::timed_out;
+        };
+        auto long_wait = [](process::child& one) -> task<int> {
+            const result<exit_status> s = co_await one.wait();
+            co_return s ? s->signal : -1;
+        };
+        auto killer = [](process::child& one) -> task<bool> {
+            (void)co_await spindle::sleep_for(100ms);
+            co_return static_cast<bool>(one.kill(SIGTERM));
+        };
+        auto [timed_out, signal, killed] = co_await spindle::when_all(short_wait(*c), long_wait(*c), killer(*c));
+        CHECK(timed_out);
+        CHECK(killed);
+        CHECK(signal == SIGTERM);
+        // A child that ended before its wait began: answered at once.
+        result<process::child> quick =
+            process::spawn("sh", words("-c", "exit 4"), {.waiting = process::wait_method::kqueue});
+        REQUIRE(quick);
+        auto quick_wait = [](process::child& one) -> task<int> {
+            (void)co_await spindle::sleep_for(100ms);
+            const result<exit_status> s = co_await one.wait();
+            co_return s ? s->code : -1;
+        };
+        const int code = co_await quick_wait(*quick);
+        co_return timed_out&& signal == SIGTERM&& code == 4;
+    }());
+    CHECK(ok);
 }
 
 TEST_CASE("a process group of its own, signalled as a whole", "[process]") {
@@ -346,7 +417,7 @@ TEST_CASE("a process group of its own, signalled as a whole", "[process]") {
 }
 
 TEST_CASE("children destroyed unwaited are killed or left to end, and reaped", "[process]") {
-    for (auto method : both_methods) {
+    for (auto method : methods_here()) {
         INFO(name_of(method));
         {
             loop l;
@@ -380,7 +451,7 @@ TEST_CASE("a loop destroyed with children still running leaves no zombie", "[pro
 
 TEST_CASE("children the application started itself are never reaped by spindle", "[process]") {
     no_zombies_after check;
-    for (auto method : both_methods) {
+    for (auto method : methods_here()) {
         INFO(name_of(method));
         loop l;
         pid_t theirs = -1;
@@ -413,7 +484,7 @@ TEST_CASE("1,000 children at once", "[process]") {
     const rlimit before = files;
     files.rlim_cur = files.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &files);
-    for (auto method : both_methods) {
+    for (auto method : methods_here()) {
         INFO(name_of(method));
         loop l;
         const int ended = run(

@@ -17,9 +17,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -862,6 +865,46 @@ TEST_CASE("reactor contract: a short stream receive loses neither the next data 
 }
 
 // --- poll(), wake(), native_handle() --------------------------------------------
+
+TEST_CASE("reactor contract: process_exit on kqueue completes when the child ends; others refuse it", "[reactor]") {
+    harness h;
+    pid_t pid = -1;
+    char sleep_name[] = "sleep";
+    char thirty[] = "30";
+    char* argv[] = {sleep_name, thirty, nullptr};
+    char* envp[] = {nullptr};
+    REQUIRE(::posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, envp) == 0);
+    const bool performs = h.backend().performs(op_code::process_exit);
+    CHECK(performs == (h.backend().kind() == reactor::backend_kind::kqueue));
+    if (!performs) {
+        operation& refused = h.op(op_code::process_exit, pid);
+        REQUIRE(h.submit(refused));
+        CHECK(refused.result == -EOPNOTSUPP);
+    } else {
+        // Two waits for one pid: withdrawing one leaves the other armed.
+        operation& first = h.op(op_code::process_exit, pid);
+        operation& second = h.op(op_code::process_exit, pid);
+        REQUIRE_FALSE(h.submit(first));
+        REQUIRE_FALSE(h.submit(second));
+        h.idle();
+        CHECK(h.completions(first) == 0);
+        h.backend().cancel(first);
+        REQUIRE(h.wait_for(first));
+        CHECK(first.result == -ECANCELED);
+        h.idle();
+        CHECK(h.completions(second) == 0);
+        REQUIRE(::kill(pid, SIGTERM) == 0);
+        REQUIRE(h.wait_for(second));
+        CHECK(second.result == 0);
+        CHECK(h.completions(second) == 1);
+    }
+    // Not reaped by the backend: the exit status is still there to take.
+    if (!performs) REQUIRE(::kill(pid, SIGTERM) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGTERM);
+}
 
 TEST_CASE("reactor contract: poll's timeout bounds the wait", "[reactor]") {
     harness h;

@@ -51,9 +51,10 @@ private:
 
 /// How a child's end is learnt.
 enum class wait_method {
-    automatic,  ///< pidfd where the kernel has it (Linux 5.3), else sigchld
+    automatic,  ///< pidfd where the kernel has it (Linux 5.3), else kqueue on a kqueue loop, else sigchld
     pidfd,      ///< the child's pidfd, watched by the loop; ENOSYS without it
     sigchld,    ///< SIGCHLD through the loop's signal service, then this child's own waitid
+    kqueue,     ///< EVFILT_PROC on the waiting loop's kqueue; operation_not_supported at wait on another backend
 };
 
 struct spawn_options {
@@ -163,7 +164,8 @@ private:
     void release() noexcept;
 
     pid_t m_pid = -1;
-    unique_fd m_pidfd;  ///< not open when waited for by SIGCHLD
+    unique_fd m_pidfd;                               ///< not open when waited for by SIGCHLD or EVFILT_PROC
+    wait_method m_waiting = wait_method::automatic;  ///< how, when m_pidfd is not open
     bool m_kill_on_destroy = false;
     bool m_group = false;
     std::optional<exit_status> m_status;  ///< set once reaped

@@ -93,9 +93,10 @@ public:
     /// the operations on sockets and pipes. A file operation (is_file_op)
     /// would block the loop's thread on a readiness backend, so only io_uring
     /// performs those, where its probe lists them; the owner runs the others
-    /// on a thread that may block (perform_blocking). submit() of one a
-    /// backend does not perform completes at once with -EOPNOTSUPP.
-    virtual bool performs(op_code code) const noexcept { return !is_file_op(code); }
+    /// on a thread that may block (perform_blocking). Only kqueue performs
+    /// process_exit. submit() of one a backend does not perform completes at
+    /// once with -EOPNOTSUPP.
+    virtual bool performs(op_code code) const noexcept { return !is_file_op(code) && code != op_code::process_exit; }
 
     /// Any thread (a metrics scrape), while the backend lives.
     read_buffer_counts read_buffers() const noexcept;

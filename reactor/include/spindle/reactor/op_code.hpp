@@ -19,6 +19,7 @@ enum class op_direction : std::uint8_t {
     writer,     ///< waits to be writable
     by_events,  ///< waits for what operation::events asks; both directions count as a reader
     none,       ///< never waits for readiness: a file operation (is_file_op)
+    process,    ///< waits for a process to end, not for a descriptor (process_exit)
 };
 
 /// X(code, name, direction), one line per operation, in the order of op_code.
@@ -26,32 +27,37 @@ enum class op_direction : std::uint8_t {
 /// recv_pooled receives into a buffer the backend lends from its pool only
 /// once data is there: on a result > 0, args.pooled says which, and the owner
 /// gives it back (buffer_pool::give_back); on 0 or an error, none.
-#define SPINDLE_REACTOR_OPERATIONS(X)                                                                 \
-    X(read, "read", reader)                 /* read(2) into buf */                                    \
-    X(write, "write", writer)               /* write(2) from buf */                                   \
-    X(readv, "readv", reader)               /* readv(2) over vec */                                   \
-    X(writev, "writev", writer)             /* writev(2) over vec */                                  \
-    X(recv, "recv", reader)                 /* recv(2) with flags */                                  \
-    X(send, "send", writer)                 /* send(2) with flags | MSG_NOSIGNAL */                   \
-    X(recvmsg, "recvmsg", reader)           /* recvmsg(2) with msg and flags */                       \
-    X(sendmsg, "sendmsg", writer)           /* sendmsg(2) with msg and flags | MSG_NOSIGNAL */        \
-    X(accept, "accept", reader)             /* accept4(2): non-blocking and close-on-exec */          \
-    X(connect, "connect", writer)           /* connect(2): completes with 0 or SO_ERROR */            \
-    X(poll, "poll", by_events)              /* readiness of `events` (readable / writable) */         \
-    X(recv_pooled, "borrowed recv", reader) /* recv(2) with flags into a lent buffer (above) */       \
-    X(read_at, "file read", none)           /* pread(2): args.file {data, size, offset} */            \
-    X(write_at, "file write", none)         /* pwrite(2): args.file {data, size, offset} */           \
-    X(readv_at, "file readv", none)         /* preadv(2): args.file {iov, count, offset} */           \
-    X(writev_at, "file writev", none)       /* pwritev(2): args.file {iov, count, offset} */          \
-    X(fsync, "fsync", none)                 /* fsync(2), or fdatasync(2) with flags = datasync */     \
-    X(openat, "open", none)                 /* openat(2) in fd: args.file {path, mode}, flags */      \
-    X(close, "close", none)                 /* close(2) */                                            \
-    X(statx, "stat", none)                  /* statx(2) in fd: args.file {path, data, mode = mask} */ \
-    X(renameat, "rename", none)             /* renameat(2) in fd: args.file {path, path2} */          \
-    X(unlinkat, "remove", none)             /* unlinkat(2) in fd: args.file {path}, flags */          \
-    X(mkdirat, "make directory", none)      /* mkdirat(2) in fd: args.file {path, mode} */            \
-    X(truncate, "truncate", none)           /* ftruncate(2) to args.file.offset */                    \
-    X(openat2, "open beneath", none)        /* openat2(2) in fd: args.file {path, data = open_how, size} */
+#define SPINDLE_REACTOR_OPERATIONS(X)                                                                        \
+    X(read, "read", reader)                  /* read(2) into buf */                                          \
+    X(write, "write", writer)                /* write(2) from buf */                                         \
+    X(readv, "readv", reader)                /* readv(2) over vec */                                         \
+    X(writev, "writev", writer)              /* writev(2) over vec */                                        \
+    X(recv, "recv", reader)                  /* recv(2) with flags */                                        \
+    X(send, "send", writer)                  /* send(2) with flags | MSG_NOSIGNAL */                         \
+    X(recvmsg, "recvmsg", reader)            /* recvmsg(2) with msg and flags */                             \
+    X(sendmsg, "sendmsg", writer)            /* sendmsg(2) with msg and flags | MSG_NOSIGNAL */              \
+    X(accept, "accept", reader)              /* accept4(2): non-blocking and close-on-exec */                \
+    X(connect, "connect", writer)            /* connect(2): completes with 0 or SO_ERROR */                  \
+    X(poll, "poll", by_events)               /* readiness of `events` (readable / writable) */               \
+    X(recv_pooled, "borrowed recv", reader)  /* recv(2) with flags into a lent buffer (above) */             \
+    X(read_at, "file read", none)            /* pread(2): args.file {data, size, offset} */                  \
+    X(write_at, "file write", none)          /* pwrite(2): args.file {data, size, offset} */                 \
+    X(readv_at, "file readv", none)          /* preadv(2): args.file {iov, count, offset} */                 \
+    X(writev_at, "file writev", none)        /* pwritev(2): args.file {iov, count, offset} */                \
+    X(fsync, "fsync", none)                  /* fsync(2), or fdatasync(2) with flags = datasync */           \
+    X(openat, "open", none)                  /* openat(2) in fd: args.file {path, mode}, flags */            \
+    X(close, "close", none)                  /* close(2) */                                                  \
+    X(statx, "stat", none)                   /* statx(2) in fd: args.file {path, data, mode = mask} */       \
+    X(renameat, "rename", none)              /* renameat(2) in fd: args.file {path, path2} */                \
+    X(unlinkat, "remove", none)              /* unlinkat(2) in fd: args.file {path}, flags */                \
+    X(mkdirat, "make directory", none)       /* mkdirat(2) in fd: args.file {path, mode} */                  \
+    X(truncate, "truncate", none)            /* ftruncate(2) to args.file.offset */                          \
+    X(openat2, "open beneath", none)         /* openat2(2) in fd: args.file {path, data = open_how, size} */ \
+    X(process_exit, "process exit", process) /* fd is a child's pid: 0 once it has ended, unreaped */
+
+/// process_exit is kqueue's EVFILT_PROC: there a child's end is an event of
+/// the loop's own poll, where Linux has a pidfd to wait on instead. Only
+/// kqueue performs it (backend::performs).
 
 /// A path operation (openat, openat2, statx, renameat, unlinkat, mkdirat) takes
 /// its directory in operation::fd, and AT_FDCWD (negative) is one.

@@ -38,6 +38,8 @@ enum class io_code : std::uint8_t {
     mkdirat,    // mkdirat(2) in fd
     truncate,   // ftruncate(2)
     openat2,    // openat2(2) in fd: data points to a struct open_how
+    // fd is a child's pid: completes with 0 once it has ended (kqueue only).
+    process_exit,
 };
 
 /// The arguments of a file operation, kept by its wait (the reactor's
