@@ -68,6 +68,18 @@ const char* name_of(process::wait_method m) {
     return "automatic";
 }
 
+/// /proc/PID/stat, or "" for a process that is gone. Read with read(2): a
+/// process reaped between the directory's listing and the read makes it fail
+/// with ESRCH, which a std::ifstream turns into an exception.
+std::string stat_of(pid_t pid) {
+    const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {};
+    char buf[1024];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
 /// This process's children as /proc lists them: (pid, state).
 std::vector<std::pair<pid_t, char>> children_of_ours() {
     std::vector<std::pair<pid_t, char>> found;
@@ -76,10 +88,9 @@ std::vector<std::pair<pid_t, char>> children_of_ours() {
     while (dirent* e = ::readdir(d)) {
         const pid_t pid = std::atoi(e->d_name);
         if (pid <= 0) continue;
-        std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-        std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::string text = stat_of(pid);
         const auto close = text.rfind(')');
-        if (close == std::string::npos) continue;
+        if (close == std::string::npos || close + 2 > text.size()) continue;
         std::istringstream rest(text.substr(close + 2));
         char state = 0;
         pid_t ppid = 0;
