@@ -178,7 +178,7 @@ inline void unmark_parked(task_header& t) noexcept { t.m_wait_info = nullptr; }
 /// True (and the cancel noted on the task's scopes) when the running task's
 /// own cancellation (join_handle::cancel, a deadline) ends a wait before it
 /// starts.
-inline bool task_cancel_pending() noexcept {
+[[gnu::always_inline]] inline bool task_cancel_pending() noexcept {
     task_header* t = current_task_or_null();
     if (!t || !t->cancel_pending()) return false;
     t->note_cancel_reached();
