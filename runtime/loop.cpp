@@ -197,6 +197,7 @@ loop_core::loop_core(loop& owner, loop_options options)
       m_watchers(*this),
       m_run_times(m_counters) {
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
+    m_inbox.set_answer_spin(std::max<std::int64_t>(0, m_options.answer_spin.count()));
     m_timers.set_slack(m_options.timer_slack.count(), m_options.scaled_timer_slack);
     m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
@@ -523,6 +524,8 @@ void loop_core::advance_virtual_time(std::chrono::nanoseconds max_wait) noexcept
 
 int loop_core::poll_os(std::chrono::nanoseconds timeout) {
     if (m_member) timeout = m_member->before_poll(timeout, m_inbox);
+    if (timeout != std::chrono::nanoseconds::zero() && m_inbox.spin_for_answer(timeout))
+        timeout = std::chrono::nanoseconds::zero();
     if (timeout != std::chrono::nanoseconds::zero()) {
         // Announce the sleep, then look at the post queue (and the group's
         // doorbell) once more: a poster either saw the flag (and wakes us) or

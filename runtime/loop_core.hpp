@@ -82,6 +82,7 @@ public:
 
     // --- posts and holds (any thread)
     void post(post_node* node) noexcept { m_inbox.push(node); }
+    post_inbox& inbox() noexcept { return m_inbox; }
     /// Wakes the loop if it sleeps in the OS, once until it wakes (any thread,
     /// after a seq_cst store of what it should find: the group's doorbell).
     void wake_if_sleeping() noexcept { m_inbox.wake_if_sleeping(); }

@@ -2,6 +2,8 @@
 
 #include "post_inbox.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 namespace spindle::detail {
@@ -14,6 +16,30 @@ void post_inbox::hold_release() noexcept {
     m_counters.remote_wakeups.fetch_add(1, std::memory_order_relaxed);
     m_backend.wake();  // let run() see that the work may be over
     m_in_flight.fetch_sub(1, std::memory_order_release);
+}
+
+bool post_inbox::spin_until_posted(std::chrono::nanoseconds timeout) const noexcept {
+    using std::chrono::steady_clock;
+    const auto now = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(steady_clock::now().time_since_epoch()).count();
+    };
+    const std::int64_t start = now();
+    std::int64_t until = m_spin_until_ns;
+    if (timeout > std::chrono::nanoseconds::zero()) until = std::min(until, start + timeout.count());
+    if (start >= until) return false;
+    do {
+        for (int i = 0; i < 64; ++i) {
+            if (queued()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            asm volatile("yield");
+#endif
+        }
+        // The pool's thread may share this CPU: let it run.
+        std::this_thread::yield();
+    } while (now() < until);
+    return queued();
 }
 
 void post_inbox::wait_for_leavers() noexcept {

@@ -14,6 +14,7 @@
 #include <spindle/reactor/backend.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -79,6 +80,25 @@ public:
         m_wake_sent.store(false, std::memory_order_relaxed);
     }
 
+    // --- the loop's thread: answers due from other threads (offload jobs)
+    /// loop_options::answer_spin, in ns.
+    void set_answer_spin(std::int64_t ns) noexcept { m_answer_spin_ns = ns; }
+    bool spins_for_answers() const noexcept { return m_answer_spin_ns > 0; }
+    /// A job submitted at `now` (steady clock) will answer by a post.
+    void expect_answer(std::int64_t now) noexcept {
+        ++m_answers_due;
+        m_spin_until_ns = now + m_answer_spin_ns;
+    }
+    /// Its answer ran, or will never come (withdrawn, detached, abandoned).
+    void answer_ended() noexcept { --m_answers_due; }
+    /// About to sleep up to `timeout` (negative: no limit). With an answer
+    /// due and the spin window of the latest job still open, looks at the
+    /// queue until it closes. True when a post came.
+    bool spin_for_answer(std::chrono::nanoseconds timeout) const noexcept {
+        if (m_answers_due == 0) return false;
+        return spin_until_posted(timeout);
+    }
+
     // --- teardown
     /// Lets threads still inside push() or hold_release() leave (nanoseconds):
     /// past that point they could not see that the loop is going.
@@ -87,6 +107,8 @@ public:
     void discard_unrun() noexcept;
 
 private:
+    bool spin_until_posted(std::chrono::nanoseconds timeout) const noexcept;
+
     reactor::backend& m_backend;
     loop_counters& m_counters;
     post_queue m_posts;
@@ -95,6 +117,9 @@ private:
     std::atomic<bool> m_sleeping{true};  // nobody looks at posts until the first tick
     std::atomic<bool> m_wake_sent{false};
     std::atomic<std::size_t> m_holds{0};
+    std::int64_t m_answer_spin_ns = 0;
+    std::int64_t m_spin_until_ns = 0;  // the latest job's submission + m_answer_spin_ns
+    std::size_t m_answers_due = 0;
     // Threads inside push() or hold_release(); written by them only, so on a line of its own.
     alignas(64) std::atomic<std::size_t> m_in_flight{0};
 };

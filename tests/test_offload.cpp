@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -451,6 +452,93 @@ TEST_CASE("the pool's figures in the Prometheus text") {
     CHECK(text.find("spindle_offload_jobs_run_total 3\n") != std::string::npos);
     CHECK(text.find("spindle_offload_job_duration_seconds_count 3\n") != std::string::npos);
     CHECK(text.find("spindle_offload_job_duration_seconds_bucket{le=\"+Inf\"} 3\n") != std::string::npos);
+}
+
+// --- the loop's spin for answers (loop_options::answer_spin)
+
+std::int64_t thread_cpu_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+TEST_CASE("a loop looking for its short jobs' answers is never woken for them") {
+    // Within the spin window the loop never announces a sleep, so a pool
+    // thread answering finds nobody to wake: no write to the wake descriptor.
+    offload_pool pool({.max_threads = 1});
+    loop l(spindle::loop_options{.answer_spin = 10s});
+    // block_on, not run(): run() drives the loop by run_once, which
+    // announces a sleep each time it returns to its host.
+    l.block_on([&]() -> task<void> {
+        auto warm = [] { return 0; };
+        (void)co_await spindle::offload(warm, job_options{.pool = &pool});
+        const std::uint64_t before = l.metrics().remote_wakeups;
+        int sum = 0;
+        for (int i = 0; i < 200; ++i) {
+            auto job = [i] { return i; };
+            result<int> r = co_await spindle::offload(job, job_options{.pool = &pool});
+            REQUIRE(r.has_value());
+            sum += *r;
+        }
+        CHECK(sum == 199 * 200 / 2);
+        CHECK(l.metrics().remote_wakeups == before);
+    }());
+}
+
+TEST_CASE("a long job costs the loop one spin window, not its whole run") {
+    offload_pool pool({.max_threads = 1});
+    loop l(spindle::loop_options{.answer_spin = 30ms});
+    run(l, [&]() -> task<void> {
+        const std::int64_t cpu0 = thread_cpu_ns();
+        auto slow = [] { std::this_thread::sleep_for(400ms); };
+        result<void> r = co_await spindle::offload(slow, job_options{.pool = &pool});
+        CHECK(r.has_value());
+        // At most 30 ms of spinning; one for the whole job would count for
+        // 400 ms (200 or so where the VM takes a spinning CPU back).
+        CHECK((thread_cpu_ns() - cpu0) / 1000000 < 100);
+    }());
+}
+
+TEST_CASE("answers withdrawn, detached from or abandoned leave no spin behind") {
+    offload_pool pool({.max_threads = 1});
+    loop l(spindle::loop_options{.answer_spin = 10s});
+    auto g = std::make_shared<gate>();
+    auto g2 = std::make_shared<gate>();
+    run(l, [&]() -> task<void> {
+        auto first = l.spawn(offload_in(pool, [g] { g->pass(); }));
+        co_await until([&] { return g->entered() == 1; });
+        // Queued, then withdrawn by its token.
+        std::stop_source stop;
+        auto withdrawn = l.spawn(offload_in(
+            pool, [] {}, {}, stop.get_token()));
+        // Queued, then its frame destroyed.
+        auto abandoned = l.spawn(offload_in(pool, [] {}));
+        (void)co_await spindle::sleep_for(5ms);
+        stop.request_stop();
+        result<void> w = co_await withdrawn;
+        CHECK(w.error() == std::errc::operation_canceled);
+        abandoned.abort();
+        g->open();
+        {
+            auto done = co_await first;
+            CHECK(done);
+        }
+        // Running, then detached from.
+        std::stop_source stop2;
+        auto detached = l.spawn(offload_in(
+            pool, [g2] { g2->pass(); }, {.detach_on_cancel = true}, stop2.get_token()));
+        co_await until([&] { return g2->entered() == 1; });
+        stop2.request_stop();
+        result<void> d = co_await detached;
+        CHECK(d.error() == std::errc::operation_canceled);
+        // No answer is due now: a sleep sleeps. One still counted due would
+        // spin through the whole sleep (its window is 10 s).
+        const std::int64_t cpu0 = thread_cpu_ns();
+        (void)co_await spindle::sleep_for(300ms);
+        CHECK((thread_cpu_ns() - cpu0) / 1000000 < 50);
+    }());
+    g2->open();
+    CHECK(run_until(l, [&] { return pool.stats().jobs_run == 2 && pool.stats().busy == 0; }));
 }
 
 TEST_CASE("loops on two threads share the pool") {

@@ -167,6 +167,9 @@ struct offload_job : post_node {
     job_kind m_kind = job_kind::blocking;
     bool m_detach_on_cancel = false;
     bool m_cancel_requested = false;
+    /// The loop counts this job's answer as due (loop_options::answer_spin);
+    /// written on the loop's thread only.
+    bool m_answer_due = false;
     /// The job writes into its wait's frame (a file read's buffer): a frame
     /// destroyed while it runs waits for it to end (abandon_job).
     bool m_hold_on_abandon = false;
