@@ -5,6 +5,8 @@
 //
 // Usage: spindle-bench [case...]   (default: every case)
 
+#include <spindle/net/address.hpp>
+#include <spindle/net/tcp.hpp>
 #include <spindle/process.hpp>
 #include <spindle/spindle.hpp>
 
@@ -17,11 +19,14 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <optional>
 #include <random>
 #include <string>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 #include <utility>
@@ -611,6 +616,121 @@ void bench_process_pipe() {
         wall / (mib * 16), mib / (wall / 1e9), cpu_sum / 3 / (mib * 16), mib);
 }
 
+// --- offload_latency: a loop's answers to a client while the pool computes ---------
+
+// A client thread pings a task of the loop over loopback TCP (1 byte each
+// way, 2,000 pings 500 µs apart): first with the pool idle, then with every
+// cpu thread of the pool busy on 2 ms jobs that 4 more tasks keep queued.
+// The loop's thread then shares the cores with the pool's.
+struct ping_figures {
+    double p50_us = 0;
+    double p99_us = 0;
+    long failed = 0;
+};
+
+ping_figures ping_client(std::uint16_t port, int pings) {
+    ping_figures f;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+        f.failed = pings;
+        ::close(fd);
+        return f;
+    }
+    std::vector<double> rtt;
+    rtt.reserve(static_cast<std::size_t>(pings));
+    for (int i = 0; i < pings; ++i) {
+        char b = 'p';
+        const double t0 = wall_ns();
+        if (::send(fd, &b, 1, MSG_NOSIGNAL) != 1 || ::recv(fd, &b, 1, 0) != 1) {
+            ++f.failed;
+            break;
+        }
+        rtt.push_back((wall_ns() - t0) / 1e3);
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    ::close(fd);
+    if (rtt.empty()) return f;
+    std::sort(rtt.begin(), rtt.end());
+    f.p50_us = rtt[rtt.size() / 2];
+    f.p99_us = rtt[rtt.size() * 99 / 100];
+    return f;
+}
+
+spindle::task<void> echo_pings(spindle::net::tcp_listener& listener) {
+    spindle::result<spindle::net::tcp_stream> s = co_await listener.accept();
+    if (!s) co_return;
+    std::array<std::byte, 64> buf;
+    for (;;) {
+        spindle::result<std::size_t> n = co_await s->read_some(buf);
+        if (!n || *n == 0) co_return;
+        spindle::result<void> w = co_await s->write_all(std::span<const std::byte>(buf.data(), *n));
+        if (!w) co_return;
+    }
+}
+
+spindle::task<void> keep_pool_busy(const std::atomic<bool>& stop, long& jobs) {
+    while (!stop.load(std::memory_order_relaxed)) {
+        auto spin = [] {
+            const double until = wall_ns() + 2e6;
+            while (wall_ns() < until) {
+            }
+        };
+        spindle::result<void> r = co_await spindle::offload(spin, spindle::job_options{.kind = spindle::job_kind::cpu});
+        if (!r) co_return;
+        ++jobs;
+    }
+}
+
+ping_figures ping_round(bool saturated, long& jobs) {
+    constexpr int pings = 2000;
+    spindle::loop loop;
+    spindle::result<spindle::net::tcp_listener> listener =
+        spindle::net::tcp_listener::bind(spindle::net::address::ipv4_loopback(0));
+    if (!listener) return {0, 0, pings};
+    const std::uint16_t port = listener->local_address()->port();
+    std::atomic<bool> stop{false};
+    ping_figures figures;
+    loop.block_on([](spindle::net::tcp_listener& l, std::uint16_t port, bool saturated, std::atomic<bool>& stop,
+                     long& jobs, ping_figures& figures) -> spindle::task<void> {
+        std::vector<spindle::join_handle<void>> busy;
+        if (saturated) {
+            const unsigned threads = spindle::offload_pool::shared().options().cpu_threads + 4;
+            for (unsigned i = 0; i < threads; ++i)
+                busy.push_back(spindle::loop::current().spawn(keep_pool_busy(stop, jobs)));
+            (void)co_await spindle::sleep_for(std::chrono::milliseconds(20));
+        }
+        auto server = spindle::loop::current().spawn(echo_pings(l));
+        // A thread of its own, as a client would be: not one of the pool's.
+        std::atomic<bool> done{false};
+        std::thread client([&, port] {
+            figures = ping_client(port, pings);
+            done = true;
+        });
+        while (!done.load()) (void)co_await spindle::sleep_for(std::chrono::milliseconds(1));
+        client.join();
+        stop = true;
+        for (auto& b : busy) co_await b;
+        co_await server;
+    }(*listener, port, saturated, stop, jobs, figures));
+    return figures;
+}
+
+void bench_offload_latency() {
+    long jobs = 0;
+    const ping_figures idle = ping_round(false, jobs);
+    const ping_figures busy = ping_round(true, jobs);
+    std::printf(
+        "offload_latency ns_per_op=%.0f ping_p99_saturated ping_p50_idle_us=%.1f ping_p99_idle_us=%.1f "
+        "ping_p50_saturated_us=%.1f ping_p99_saturated_us=%.1f cpu_jobs_2ms=%ld failed=%ld\n",
+        busy.p99_us * 1e3, idle.p50_us, idle.p99_us, busy.p50_us, busy.p99_us, jobs, idle.failed + busy.failed);
+}
+
 struct bench_case {
     const char* name;
     void (*run)();
@@ -627,6 +747,7 @@ constexpr bench_case cases[] = {
     {"channel", &bench_channel},
     {"generator", &bench_generator},
     {"offload", &bench_offload},
+    {"offload_latency", &bench_offload_latency},
     {"file_read", &bench_file_read},
     {"process_spawn", &bench_process_spawn},
     {"process_pipe", &bench_process_pipe},

@@ -90,7 +90,9 @@ public:
     explicit pool_state(const offload_pool_options& options) : m_options(options) {
         if (m_options.max_threads == 0) m_options.max_threads = 64;
         const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        if (m_options.cpu_threads == 0) m_options.cpu_threads = cores;
+        // A core is left to the loops: with every core computing, a loop's
+        // answer waited for a computing thread's slice (4-5 ms at p99).
+        if (m_options.cpu_threads == 0) m_options.cpu_threads = std::max(1u, cores - 1);
         if (m_options.lookup_threads == 0) m_options.lookup_threads = (m_options.max_threads + 1) / 2;
         m_options.cpu_threads = std::min(m_options.cpu_threads, m_options.max_threads);
         m_options.lookup_threads = std::min(m_options.lookup_threads, m_options.max_threads);
@@ -485,7 +487,7 @@ private:
     unsigned m_busy = 0;
     unsigned m_sleeping = 0;
     unsigned m_spinning = 0;
-    unsigned m_waking = 0;  // threads notified that have not left their wait yet
+    unsigned m_waking = 0;    // threads notified that have not left their wait yet
     unsigned m_starting = 0;  // threads made that have not taken the lock yet
     unsigned m_eager_threads = 4;
     std::uint64_t m_picked = 0;  // jobs taken by a thread, ever

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -539,6 +540,14 @@ TEST_CASE("answers withdrawn, detached from or abandoned leave no spin behind") 
     }());
     g2->open();
     CHECK(run_until(l, [&] { return pool.stats().jobs_run == 2 && pool.stats().busy == 0; }));
+}
+
+TEST_CASE("cpu jobs leave a core to the loops by default") {
+    offload_pool pool;
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    CHECK(pool.options().cpu_threads == std::max(1u, cores - 1));
+    offload_pool everything({.cpu_threads = cores});
+    CHECK(everything.options().cpu_threads == cores);
 }
 
 TEST_CASE("loops on two threads share the pool") {

@@ -13,7 +13,7 @@
 ///
 /// Jobs are of a kind (job_options::kind), each with its own limit of
 /// threads, so that file reads never queue behind long hashes: cpu (at most
-/// one thread per core), blocking (every thread) and lookup (name
+/// one thread per core but one), blocking (every thread) and lookup (name
 /// resolution, at most half the threads, so slow DNS cannot starve files).
 ///
 /// The rules, and why (docs/offload.md):
@@ -69,7 +69,8 @@ struct offload_pool_options {
     unsigned min_threads = 0;
     /// Threads at most, all kinds together. 0: 64.
     unsigned max_threads = 0;
-    /// Threads running cpu jobs at most. 0: one per core (at most max_threads).
+    /// Threads running cpu jobs at most. 0: one per core but one, so that a
+    /// core stays for the loops (at least one, at most max_threads).
     unsigned cpu_threads = 0;
     /// Threads running lookups at most. 0: half of max_threads, rounded up.
     unsigned lookup_threads = 0;
