@@ -99,8 +99,8 @@ struct loop_options {
     std::uint32_t read_buffer_batch = 256;
     /// A loop about to sleep while an offload job it submitted less than
     /// this long ago has not answered looks for the answer until then,
-    /// yielding its CPU to anyone runnable there: a short job's answer then
-    /// costs no wake-up (the pool's write to the loop's wake descriptor, the
+    /// keeping its CPU (a computing thread given it would hold it for a
+    /// whole time slice): a short job's answer then costs no wake-up (the pool's write to the loop's wake descriptor, the
     /// loop's return from the kernel). Counted from each job's submission,
     /// so a long job costs it once. Zero: sleep at once (docs/offload.md).
     std::chrono::nanoseconds answer_spin = std::chrono::microseconds(50);
