@@ -3,7 +3,8 @@
 # no access log) under wrk on loopback, 1 KiB and 1 MiB files, in turn.
 # Prints, per server and file, requests per second and the server's CPU per
 # request (user + system, from /proc/PID/stat of the server and, for nginx,
-# its worker). Bounded: SECONDS of wrk per figure, ROUNDS rounds.
+# its worker). The servers run on CPU 0 and wrk on CPU 1 (where there are
+# two). Bounded: SECONDS of wrk per figure, ROUNDS rounds.
 # Needs wrk and nginx (Debian: wrk, nginx-light).
 #
 # Usage: benchmarks/static_vs_nginx.sh [BUILD_DIR] [SECONDS] [ROUNDS]
@@ -40,9 +41,11 @@ ticks() {  # user + system clock ticks of the processes named
     echo $sum
 }
 hz=$(getconf CLK_TCK)
+server_cpu=() client_cpu=()
+if command -v taskset >/dev/null && (($(nproc) >= 2)); then server_cpu=(taskset -c 0) client_cpu=(taskset -c 1); fi
 
 # spindle-http, one loop.
-"$http" --port 0 --root "$work/root" >"$work/spindle.out" 2>&1 &
+"${server_cpu[@]}" "$http" --port 0 --root "$work/root" >"$work/spindle.out" 2>&1 &
 spindle=$!
 pids+=($spindle)
 # nginx, one worker.
@@ -68,7 +71,7 @@ http {
 CONF
 nginx_port=$((20000 + RANDOM % 40000))
 sed -i "s/listen 127.0.0.1:0;/listen 127.0.0.1:$nginx_port;/" "$work/nginx.conf"
-nginx -c "$work/nginx.conf" -e "$work/error.log" </dev/null >/dev/null 2>&1 &
+"${server_cpu[@]}" nginx -c "$work/nginx.conf" -e "$work/error.log" </dev/null >/dev/null 2>&1 &
 pids+=($!)
 sleep 1
 spindle_port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/spindle.out" | head -1)
@@ -81,7 +84,7 @@ measure() {  # $1 name, $2 port, $3 file, then the server's pids
     shift 3
     local before after out reqs
     before=$(ticks "$@")
-    out=$(wrk -t1 -c50 -d"${seconds}s" "http://127.0.0.1:$port/$file")
+    out=$("${client_cpu[@]}" wrk -t1 -c50 -d"${seconds}s" "http://127.0.0.1:$port/$file")
     after=$(ticks "$@")
     reqs=$(echo "$out" | awk '/requests in/ { print $1 }')
     awk -v n="$name" -v f="$file" -v r="$reqs" -v t=$((after - before)) -v hz="$hz" -v s="$seconds" \

@@ -14,6 +14,7 @@
 #include <spindle/loop.hpp>
 
 #include "loop_core.hpp"
+#include "spin_gauge.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace spindle {
 
@@ -389,6 +391,7 @@ private:
         --m_starting;
         if (needs_thread(runnable_jobs())) start_thread();  // grow one thread at a time
         bool just_worked = false;
+        spin_gauge gauge;  // jobs that come rarer than the spin lasts: sleep at once
         for (;;) {
             if (offload_job* job = pick()) {
                 // More work: the next thread is woken now, by the one that
@@ -404,18 +407,24 @@ private:
                 continue;
             }
             if (m_closed) break;
-            if (just_worked && m_options.spin_before_sleep.count() > 0 && m_spinning < m_max_spinning) {
+            if (std::exchange(just_worked, false) && m_options.spin_before_sleep.count() > 0 &&
+                m_spinning < m_max_spinning && gauge.should_spin()) {
                 // Look for work a while before sleeping: a job that comes
                 // meanwhile starts without a wake-up (a futex call each way).
                 // Fewer spinners than cores: the loops need theirs.
-                just_worked = false;
                 ++m_spinning;
                 lock.unlock();
                 const auto until = clock::now() + m_options.spin_before_sleep;
                 for (unsigned i = 1;; ++i) {
-                    if (m_queued_hint.load(std::memory_order_acquire) > 0) break;
+                    if (m_queued_hint.load(std::memory_order_acquire) > 0) {
+                        gauge.found();
+                        break;
+                    }
                     cpu_relax();
-                    if (i % 64 == 0 && clock::now() >= until) break;
+                    if (i % 64 == 0 && clock::now() >= until) {
+                        gauge.ran_out();
+                        break;
+                    }
                 }
                 lock.lock();
                 --m_spinning;

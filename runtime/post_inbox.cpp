@@ -18,18 +18,24 @@ void post_inbox::hold_release() noexcept {
     m_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
-bool post_inbox::spin_until_posted(std::chrono::nanoseconds timeout) const noexcept {
+bool post_inbox::spin_until_posted(std::chrono::nanoseconds timeout) noexcept {
     using std::chrono::steady_clock;
     const auto now = [] {
         return std::chrono::duration_cast<std::chrono::nanoseconds>(steady_clock::now().time_since_epoch()).count();
     };
     const std::int64_t start = now();
     std::int64_t until = m_spin_until_ns;
-    if (timeout > std::chrono::nanoseconds::zero()) until = std::min(until, start + timeout.count());
-    if (start >= until) return false;
+    // Cut short by the caller's timeout (a timer due), a spin that finds
+    // nothing says nothing about the jobs.
+    const bool whole_window = timeout <= std::chrono::nanoseconds::zero() || until <= start + timeout.count();
+    if (!whole_window) until = start + timeout.count();
+    if (start >= until || !m_spin_gauge.should_spin()) return false;
     do {
         for (int i = 0; i < 64; ++i) {
-            if (queued()) return true;
+            if (queued()) {
+                m_spin_gauge.found();
+                return true;
+            }
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -40,7 +46,12 @@ bool post_inbox::spin_until_posted(std::chrono::nanoseconds timeout) const noexc
         // keep it for its whole slice (3-4 ms on this kernel), and the spin
         // is short anyway.
     } while (now() < until);
-    return queued();
+    if (queued()) {
+        m_spin_gauge.found();
+        return true;
+    }
+    if (whole_window) m_spin_gauge.ran_out();
+    return false;
 }
 
 void post_inbox::wait_for_leavers() noexcept {

@@ -10,6 +10,7 @@
 #include "loop_metrics.hpp"
 #include "post_queue.hpp"
 #include "relaxed.hpp"
+#include "spin_gauge.hpp"
 
 #include <spindle/reactor/backend.hpp>
 
@@ -93,8 +94,9 @@ public:
     void answer_ended() noexcept { --m_answers_due; }
     /// About to sleep up to `timeout` (negative: no limit). With an answer
     /// due and the spin window of the latest job still open, looks at the
-    /// queue until it closes. True when a post came.
-    bool spin_for_answer(std::chrono::nanoseconds timeout) const noexcept {
+    /// queue until it closes, unless recent spins ran out in vain (jobs
+    /// longer than the window: spin_gauge). True when a post came.
+    bool spin_for_answer(std::chrono::nanoseconds timeout) noexcept {
         if (m_answers_due == 0) return false;
         return spin_until_posted(timeout);
     }
@@ -107,7 +109,7 @@ public:
     void discard_unrun() noexcept;
 
 private:
-    bool spin_until_posted(std::chrono::nanoseconds timeout) const noexcept;
+    bool spin_until_posted(std::chrono::nanoseconds timeout) noexcept;
 
     reactor::backend& m_backend;
     loop_counters& m_counters;
@@ -120,6 +122,7 @@ private:
     std::int64_t m_answer_spin_ns = 0;
     std::int64_t m_spin_until_ns = 0;  // the latest job's submission + m_answer_spin_ns
     std::size_t m_answers_due = 0;
+    spin_gauge m_spin_gauge;
     // Threads inside push() or hold_release(); written by them only, so on a line of its own.
     alignas(64) std::atomic<std::size_t> m_in_flight{0};
 };

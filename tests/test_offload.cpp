@@ -500,6 +500,51 @@ TEST_CASE("a long job costs the loop one spin window, not its whole run") {
     }());
 }
 
+TEST_CASE("jobs longer than the spin window soon stop costing the loop spins") {
+    offload_pool pool({.max_threads = 1, .spin_before_sleep = 0ns});
+    loop l(spindle::loop_options{.answer_spin = 5ms});
+    l.block_on([&]() -> task<void> {
+        // 40 jobs of 10 ms: a spin for each would cost 200 ms of CPU; after
+        // a few in vain the loop sleeps at once, trying again now and then.
+        const std::int64_t cpu0 = thread_cpu_ns();
+        for (int i = 0; i < 40; ++i) {
+            auto slow = [] { std::this_thread::sleep_for(10ms); };
+            result<void> r = co_await spindle::offload(slow, job_options{.pool = &pool});
+            REQUIRE(r.has_value());
+        }
+        CHECK((thread_cpu_ns() - cpu0) / 1000000 < 100);
+        // Short jobs again: a try finds its answer, and the spins are back
+        // (no wake-up for the last 100 of 300).
+        std::uint64_t before = 0;
+        for (int i = 0; i < 300; ++i) {
+            if (i == 200) before = l.metrics().remote_wakeups;
+            auto quick = [i] { return i; };
+            result<int> r = co_await spindle::offload(quick, job_options{.pool = &pool});
+            REQUIRE(r.has_value());
+        }
+        CHECK(l.metrics().remote_wakeups == before);
+    }());
+}
+
+TEST_CASE("a pool thread stops spinning for jobs that come rarer than its spin lasts") {
+    // One thread, a 20 ms spin after each job, a job every 30 ms: a spin
+    // after each would cost the thread 20 ms per job.
+    offload_pool pool({.max_threads = 1, .spin_before_sleep = 20ms});
+    loop l(spindle::loop_options{.answer_spin = 0ns});
+    run(l, [&]() -> task<void> {
+        auto cpu = [] { return thread_cpu_ns(); };
+        result<std::int64_t> first = co_await spindle::offload(cpu, job_options{.pool = &pool});
+        REQUIRE(first.has_value());
+        result<std::int64_t> last = first;
+        for (int i = 0; i < 20; ++i) {
+            (void)co_await spindle::sleep_for(30ms);
+            last = co_await spindle::offload(cpu, job_options{.pool = &pool});
+            REQUIRE(last.has_value());
+        }
+        CHECK((*last - *first) / 1000000 < 200);  // 400 with a spin after each
+    }());
+}
+
 TEST_CASE("answers withdrawn, detached from or abandoned leave no spin behind") {
     offload_pool pool({.max_threads = 1});
     loop l(spindle::loop_options{.answer_spin = 10s});
