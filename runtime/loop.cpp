@@ -346,6 +346,7 @@ void loop_core::run_until_done(const task_header& t) {
 
 void loop_core::enter_loop() noexcept {
     m_awake_since_ns = steady_ns();
+    if (m_watched) m_stall.note_thread();
     wake_stall_monitor_if_parked();
 }
 

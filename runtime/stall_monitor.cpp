@@ -78,6 +78,13 @@ private:
         resume_probe last;
         std::int64_t first_seen_ns;  // when `last` was first seen
         bool flagged;
+        // The thread's scheduler totals when `last` was seen running a
+        // second time: what it did from then until the flag says whether
+        // the task computed, waited for a CPU or blocked.
+        bool timed = false;
+        std::int64_t timed_at_ns = 0;
+        std::int64_t on_cpu_ns = 0;
+        std::int64_t waiting_ns = 0;
     };
 
     void run() {
@@ -105,13 +112,27 @@ private:
                     w.last = p;
                     w.first_seen_ns = now;
                     w.flagged = false;
+                    w.timed = false;
                     all_quiet = false;
                     continue;
                 }
                 if (!p.running) continue;  // asleep or between resumes, unchanged: quiet
                 all_quiet = false;
-                if (!w.flagged && now - w.first_seen_ns >= w.threshold_ns) {
-                    w.core->stall().flag(p, w.first_seen_ns);
+                if (w.flagged) continue;
+                const int tid = w.core->stall().thread_id();
+                if (!w.timed) {
+                    // A resume long enough to be seen twice (rare): only now
+                    // is the thread's time read, so short resumes cost nothing.
+                    w.timed = tid != 0 && read_thread_time(tid, w.on_cpu_ns, w.waiting_ns);
+                    w.timed_at_ns = now;
+                }
+                if (now - w.first_seen_ns >= w.threshold_ns) {
+                    thread_time where;
+                    std::int64_t on_cpu = 0;
+                    std::int64_t waiting = 0;
+                    if (w.timed && read_thread_time(tid, on_cpu, waiting) && now > w.timed_at_ns)
+                        where = {now - w.timed_at_ns, on_cpu - w.on_cpu_ns, waiting - w.waiting_ns};
+                    w.core->stall().flag(p, w.first_seen_ns, where);
                     w.flagged = true;
                 }
             }
@@ -138,12 +159,64 @@ void wake_stall_monitor() noexcept { stall_monitor::instance().wake(); }
 
 #include <spindle/log.hpp>
 
+#include <cstdio>
+#include <fcntl.h>
+#include <string>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
+#include <unistd.h>
+
 namespace spindle::detail {
 
-void stall_probe::flag(const resume_probe& probe, std::int64_t since_ns) noexcept {
+bool read_thread_time(int tid, std::int64_t& on_cpu_ns, std::int64_t& waiting_ns) noexcept {
+#if defined(__linux__)
+    // "cpu-time run-delay timeslices", in ns (Documentation/scheduler/sched-stats).
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char text[128];
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    long long cpu = 0;
+    long long delay = 0;
+    if (std::sscanf(text, "%lld %lld", &cpu, &delay) != 2) return false;
+    on_cpu_ns = cpu;
+    waiting_ns = delay;
+    return true;
+#else
+    (void)tid;
+    (void)on_cpu_ns;
+    (void)waiting_ns;
+    return false;
+#endif
+}
+
+int this_thread_tid() noexcept {
+#if defined(__linux__)
+    return static_cast<int>(::syscall(SYS_gettid));
+#else
+    return 0;
+#endif
+}
+
+void stall_probe::flag(const resume_probe& probe, std::int64_t since_ns, const thread_time& where) noexcept {
     m_epoch.store(probe.epoch, std::memory_order_relaxed);
     m_countdown.store(probe.countdown, std::memory_order_relaxed);
     m_since_ns.store(since_ns, std::memory_order_relaxed);
+    std::uint32_t packed = 0;
+    if (where.span_ns > 0) {
+        const std::int64_t span = where.span_ns;
+        const std::int64_t waiting = std::clamp<std::int64_t>(where.waiting_ns, 0, span);
+        const std::int64_t on_cpu = std::clamp<std::int64_t>(where.on_cpu_ns, 0, span - waiting);
+        const auto pct = [span](std::int64_t ns) { return static_cast<std::uint32_t>(ns * 100 / span); };
+        const auto ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(span / 1'000'000, 1, (1 << 18) - 1));
+        packed = ms << 14 | pct(waiting) << 7 | pct(span - waiting - on_cpu);
+    }
+    m_where.store(packed, std::memory_order_relaxed);
     m_flag.store(true, std::memory_order_release);
     // The countdown is never zero while a resume runs: zero tells the loop,
     // when this resume returns, to look. If the resume has just ended, the
@@ -177,11 +250,33 @@ void stall_probe::take_flag(const task_header* t, unsigned countdown, bool finis
     }
 }
 
+std::string stall_probe::what_the_thread_did() const {
+    // A resume that holds the loop is not always the task's doing: on a
+    // machine with more runnable threads than cores, the loop's thread may
+    // have spent the time waiting for a CPU; a task that made a blocking
+    // call spent it off the CPU without waiting for one. Computing says
+    // nothing more.
+    const std::uint32_t where = m_where.load(std::memory_order_relaxed);
+    const std::uint32_t span_ms = where >> 14;
+    const std::uint32_t waiting_pct = where >> 7 & 127;
+    const std::uint32_t blocked_pct = where & 127;
+    if (span_ms == 0) return {};
+    const std::string of = "% of the last " + std::to_string(span_ms) + " ms";
+    if (waiting_pct * 3 >= 100)
+        return "; its thread waited for a CPU " + std::to_string(waiting_pct) + of +
+               " (more runnable threads than cores)";
+    if (blocked_pct * 3 >= 100)
+        return "; its thread was blocked in a system call " + std::to_string(blocked_pct) + of +
+               " (a blocking call on the loop's thread?)";
+    return {};
+}
+
 void stall_probe::report(const task_header* t, bool finished, std::uint64_t id, std::int64_t since_ns) noexcept {
     try {
         const std::int64_t ms = (now_real_ns() - since_ns) / 1'000'000;
         if (id == 0) {
-            logger()->warn("stall: a task ran at least {} ms without suspending, holding up its loop", ms);
+            logger()->warn("stall: a task ran at least {} ms without suspending, holding up its loop{}", ms,
+                           what_the_thread_did());
             return;
         }
         std::string who = "task " + std::to_string(id);
@@ -201,7 +296,8 @@ void stall_probe::report(const task_header* t, bool finished, std::uint64_t id, 
         } else {
             then = "then yielded";
         }
-        logger()->warn("stall: {} ran at least {} ms without suspending, holding up its loop; {}", who, ms, then);
+        logger()->warn("stall: {} ran at least {} ms without suspending, holding up its loop; {}{}", who, ms, then,
+                       what_the_thread_did());
     } catch (...) {
         // Logging must never take the loop down.
     }

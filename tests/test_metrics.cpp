@@ -9,6 +9,7 @@
 #include <spindle/loop_thread.hpp>
 #include <spindle/net.hpp>
 
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -266,6 +267,64 @@ TEST_CASE("stall detector: a task that blocks and then finishes", "[metrics][sta
     CHECK(lines_with(log, "stall:") == 1);
     CHECK(lines_with(log, "'blocker' ran at least ") == 1);
     CHECK(lines_with(log, "then finished") == 1);
+#if defined(__linux__)
+    // Off the CPU without waiting for one: the warning says so.
+    CHECK(lines_with(log, "its thread was blocked in a system call") == 1);
+#endif
+}
+
+#if defined(__linux__)
+TEST_CASE("stall detector: a loop's thread that waits for a CPU is said to", "[metrics][stall][threads]") {
+    // The loop's thread and a thread that computes share one CPU: the task's
+    // 150 ms resume is about half spent waiting for it, not the task's doing.
+    const int cpu = ::sched_getcpu();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    cpu_set_t before;
+    REQUIRE(::sched_getaffinity(0, sizeof before, &before) == 0);
+    if (cpu < 0 || ::sched_setaffinity(0, sizeof one, &one) != 0) {
+        WARN("cannot pin this thread");
+        return;
+    }
+    log_capture log;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> started{false};
+    std::thread rival([&] {
+        ::sched_setaffinity(0, sizeof one, &one);
+        started = true;
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+    });
+    while (!started) std::this_thread::yield();
+    {
+        loop l;
+        auto computes = []() -> task<void> {
+            co_await spindle::yield();
+            spin_for(150ms);
+        };
+        l.spawn(computes(), "computes").detach();
+        l.run();
+        CHECK(l.metrics().stalls == 1);
+    }
+    stop = true;
+    rival.join();
+    ::sched_setaffinity(0, sizeof before, &before);
+    CHECK(lines_with(log, "'computes' ran at least ") == 1);
+    CHECK(lines_with(log, "its thread waited for a CPU") == 1);
+}
+#endif
+
+TEST_CASE("stall detector: a task that computes is not said to wait or block", "[metrics][stall]") {
+    log_capture log;
+    loop l;
+    l.block_on([]() -> task<void> {
+        spin_for(100ms);
+        co_return;
+    }());
+    CHECK(l.metrics().stalls == 1);
+    CHECK(lines_with(log, "stall:") == 1);
+    CHECK(lines_with(log, "its thread") == 0);
 }
 
 TEST_CASE("stall detector: a loop that never stalls logs nothing", "[metrics][stall]") {
