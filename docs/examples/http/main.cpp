@@ -19,6 +19,9 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <array>
 #include <cerrno>
@@ -62,6 +65,14 @@ task<void> serve_site_tcp(net::tcp_stream stream, std::stop_token stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+    // Request bodies of megabytes (POST /sha256) get pages of their own,
+    // given back by munmap when freed. Otherwise glibc's threshold rises with
+    // the first such free and later bodies come from a loop thread's arena,
+    // whose trimming (madvise, with the arena's lock held) then blocks that
+    // loop for milliseconds.
+    ::mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+#endif
     tls_flags tls;
     std::string root;
     const auto tls_options = tls.flags();

@@ -16,6 +16,7 @@
 
 #include <spindle/file.hpp>
 #include <spindle/net/send_file.hpp>
+#include <spindle/offload.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -91,7 +92,14 @@ task<void> serve_site_connection(Stream& stream, const static_site& site, std::s
         }
         in.erase(0, request.consumed);
         // A large body's room goes with it: a kept connection holds little.
-        if (in.capacity() > 1024 * 1024 && in.size() < 16 * 1024) in.shrink_to_fit();
+        // Freeing megabytes hands their pages back to the OS (munmap or
+        // madvise, milliseconds on a busy machine): on the pool, not here.
+        if (in.capacity() > 1024 * 1024 && in.size() < 16 * 1024) {
+            std::string rest(in);  // the next request's first bytes, if any
+            auto free_it = [big = std::move(in)]() mutable { std::string().swap(big); };
+            (void)co_await offload(std::move(free_it), stop);
+            in = std::move(rest);
+        }
     }
 }
 
