@@ -285,14 +285,16 @@ struct run_result {
     // core's worth is waiting, not working: on a shared machine, often for a
     // core someone else holds.
     double server_cpu_us_per_message = 0;
+    // The server's, split: its own code (user) and the kernel's on its
+    // behalf (system calls, the network stack, page faults).
+    double server_user_us_per_message = 0;
+    double server_kernel_us_per_message = 0;
     double load_cpu_us_per_message = 0;
     std::optional<double> syscalls_per_message;
 };
 
-double cpu_seconds(const rusage& u) {
-    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
+double seconds_of(const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; }
+double cpu_seconds(const rusage& u) { return seconds_of(u.ru_utime) + seconds_of(u.ru_stime); }
 
 // Counts with perf over the middle of the run only: connections are set up
 // and torn down outside the window, and its first and last sixth (at least
@@ -395,6 +397,8 @@ run_result run_one(const options& o, const variant& v, int depth, int server_cpu
     if (report.requests > 0) {
         const auto messages = static_cast<double>(report.requests);
         r.server_cpu_us_per_message = cpu_seconds(usage) * 1e6 / messages;
+        r.server_user_us_per_message = seconds_of(usage.ru_utime) * 1e6 / messages;
+        r.server_kernel_us_per_message = seconds_of(usage.ru_stime) * 1e6 / messages;
         r.load_cpu_us_per_message = (cpu_seconds(after) - cpu_seconds(before)) * 1e6 / messages;
     }
     r.ok = clean && report.errors == 0 && report.requests > 0;
@@ -558,10 +562,12 @@ int idle_main(const options& o, int server_cpu) {
 // --- reporting ---------------------------------------------------------------------
 
 void print_run(int round, int depth, const std::string& backend, const run_result& r) {
-    std::printf("round %d  depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  %llu errors"
-                "  cpu us/msg: server %.2f, load %.2f",
-                round, depth, backend.c_str(), r.messages_per_s, r.mib_per_s, r.p50_us, r.p99_us,
-                static_cast<unsigned long long>(r.errors), r.server_cpu_us_per_message, r.load_cpu_us_per_message);
+    std::printf(
+        "round %d  depth %-3d %-9s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  %llu errors"
+        "  cpu us/msg: server %.2f (user %.2f, kernel %.2f), load %.2f",
+        round, depth, backend.c_str(), r.messages_per_s, r.mib_per_s, r.p50_us, r.p99_us,
+        static_cast<unsigned long long>(r.errors), r.server_cpu_us_per_message, r.server_user_us_per_message,
+        r.server_kernel_us_per_message, r.load_cpu_us_per_message);
     if (r.syscalls_per_message) std::printf("  %.3f syscalls/msg", *r.syscalls_per_message);
     std::printf("%s\n", r.ok ? "" : "  FAILED");
     std::fflush(stdout);
@@ -646,12 +652,16 @@ int main(int argc, char** argv) {
                 for (const run_result& r : rs) v.push_back(field(r));
                 return median(v);
             };
-            std::printf("depth %-3d %-12s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  cpu us/msg: server %.2f, load %.2f",
-                        o.depths[d], variants[b].label().c_str(), med([](const run_result& r) { return r.messages_per_s; }),
-                        med([](const run_result& r) { return r.mib_per_s; }), med([](const run_result& r) { return r.p50_us; }),
-                        med([](const run_result& r) { return r.p99_us; }),
-                        med([](const run_result& r) { return r.server_cpu_us_per_message; }),
-                        med([](const run_result& r) { return r.load_cpu_us_per_message; }));
+            std::printf(
+                "depth %-3d %-12s %8.0f msg/s %6.2f MiB/s  p50 %5.0f us  p99 %6.0f us  cpu us/msg: server %.2f "
+                "(user %.2f, kernel %.2f), load %.2f",
+                o.depths[d], variants[b].label().c_str(), med([](const run_result& r) { return r.messages_per_s; }),
+                med([](const run_result& r) { return r.mib_per_s; }), med([](const run_result& r) { return r.p50_us; }),
+                med([](const run_result& r) { return r.p99_us; }),
+                med([](const run_result& r) { return r.server_cpu_us_per_message; }),
+                med([](const run_result& r) { return r.server_user_us_per_message; }),
+                med([](const run_result& r) { return r.server_kernel_us_per_message; }),
+                med([](const run_result& r) { return r.load_cpu_us_per_message; }));
             std::vector<double> calls;
             for (const run_result& r : rs)
                 if (r.syscalls_per_message) calls.push_back(*r.syscalls_per_message);

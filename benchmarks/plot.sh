@@ -61,26 +61,29 @@ done
 # over the messages echoed. A run marked FAILED (an error, a byte wrong, a
 # server that did not exit 0) is kept as ok=0 and left out of the medians.
 # Its lines are "round 1  depth 16  epoll  498913 msg/s ... cpu us/msg:
-# server 0.82, load 1.00": turned into key=value lines here.
+# server 0.82 (user 0.20, kernel 0.62), load 1.00": turned into key=value
+# lines here.
 echo_run() {  # label-prefix server-path backend-list mode
     "$echo_bench" --mode "$4" --server "$2" --backends "$3" --connections 100 --size 64 --depth 1,16 --duration 2 --rounds 1 \
         > "$tmp/echo.out" || echo "plot.sh: spindle-echo-bench --server $2 exited with status $?" >&2
     awk -v prefix="$1" -v mode="$4" '
         $1 != "round" || $3 != "depth" { next }
         {
-            ok = 1; rate = p50 = p99 = errors = server = load = ""
+            ok = 1; rate = p50 = p99 = errors = server = user = kernel = load = ""
             for (i = 6; i <= NF; ++i) {
                 if ($i == "msg/s") rate = $(i - 1)
                 else if ($i == "p50") p50 = $(i + 1)
                 else if ($i == "p99") p99 = $(i + 1)
                 else if ($i == "errors") errors = $(i - 1)
                 else if ($i == "server") { server = $(i + 1); sub(/,$/, "", server) }
+                else if ($i == "(user") { user = $(i + 1); sub(/,$/, "", user) }
+                else if ($i == "kernel") { kernel = $(i + 1); sub(/\),$/, "", kernel) }
                 else if ($i == "load") load = $(i + 1)
                 else if ($i == "FAILED") ok = 0
             }
             if (!ok) print "plot.sh: echo run failed: " prefix ": " $0 > "/dev/stderr"
-            printf "%s %s_d%s server_cpu_us_per_msg=%s load_cpu_us_per_msg=%s msg_per_s=%s p50_us=%s p99_us=%s errors=%s connections=100 size=64 depth=%s ok=%d\n",
-                   prefix == "spindle" ? prefix "-" $5 : prefix, mode, $4, server, load, rate, p50, p99, errors, $4, ok
+            printf "%s %s_d%s server_cpu_us_per_msg=%s server_user_us_per_msg=%s server_kernel_us_per_msg=%s load_cpu_us_per_msg=%s msg_per_s=%s p50_us=%s p99_us=%s errors=%s connections=100 size=64 depth=%s ok=%d\n",
+                   prefix == "spindle" ? prefix "-" $5 : prefix, mode, $4, server, user, kernel, load, rate, p50, p99, errors, $4, ok
         }' "$tmp/echo.out"
 }
 if [ "$network" = 1 ]; then
@@ -125,7 +128,11 @@ awk -v dir="$tmp" '
     $2 == "spawn"          { keep("spawn", $1, field("ns_per_op")) }
     $2 == "yield"          { keep("yield", $1, field("ns_per_op")) }
     # In ns, as the other panels.
-    ($2 == "echo_d1" || $2 == "echo_d16" || $2 == "http_d1" || $2 == "http_d16") && field("ok") == 1 && (v = field("server_cpu_us_per_msg")) != "" { keep($2, $1, v * 1000) }
+    ($2 == "echo_d1" || $2 == "echo_d16" || $2 == "http_d1" || $2 == "http_d16") && field("ok") == 1 && (v = field("server_cpu_us_per_msg")) != "" {
+        keep($2, $1, v * 1000)
+        # The user part, drawn inside the bar (the rest is the kernel).
+        if ((u = field("server_user_us_per_msg")) != "") keep($2 "_user", $1, u * 1000)
+    }
     function median(panel, runtime,   k, m, i, j, t, a) {
         m = n[panel, runtime]
         for (i = 1; i <= m; ++i) a[i] = val[panel, runtime, i] + 0
@@ -138,7 +145,11 @@ awk -v dir="$tmp" '
             file = dir "/" panels[p] ".dat"
             printf "" > file
             m = split(order[panels[p]], runtimes, " ")
-            for (r = 1; r <= m; ++r) printf "%s %.1f\n", runtimes[r], median(panels[p], runtimes[r]) >> file
+            for (r = 1; r <= m; ++r) {
+                printf "%s %.1f", runtimes[r], median(panels[p], runtimes[r]) >> file
+                if (n[panels[p] "_user", runtimes[r]]) printf " %.1f", median(panels[p] "_user", runtimes[r]) >> file
+                printf "\n" >> file
+            }
             close(file)
         }
     }' "$tmp/raw"
@@ -161,7 +172,11 @@ unset key
 set format y "%g"
 set linetype 11 lc rgb '#d9822b'
 set linetype 12 lc rgb '#3b6ea5'
+set linetype 13 lc rgb '#8a4a10'
+set linetype 14 lc rgb '#1f3d60'
 panel(file) = sprintf("plot '%s' using 0:2:(strstrt(strcol(1), 'spindle') == 1 ? 11 : 12):xtic(1) with boxes lc variable, '' using 0:2:(sprintf('%%g', \$2)) with labels offset 0,0.7", file)
+# The servers' panels: the user part of each bar darker, its value inside.
+split_panel(file) = sprintf("plot '%s' using 0:2:(strstrt(strcol(1), 'spindle') == 1 ? 11 : 12):xtic(1) with boxes lc variable, '' using 0:3:(strstrt(strcol(1), 'spindle') == 1 ? 13 : 14) with boxes lc variable, '' using 0:2:(sprintf('%%g', \$2)) with labels offset 0,0.7, '' using 0:3:(sprintf('user %%g', \$3)) with labels offset 0,0.7 font ',9'", file)
 # The title takes the top of the page; each panel its own cell below it.
 top = net ? 0.94 / 2 : 0
 row = net ? 0.94 / 2 : 0.94
@@ -185,17 +200,17 @@ if (net) {
     top = 0
     set xtics rotate by -30
     eval at(0, 0.25)
-    set title "TCP echo, 100 connections, 1 in flight\\n(server CPU ns per 64-byte message)"
-    eval panel("$tmp/echo_d1.dat")
+    set title "TCP echo, 100 connections, 1 in flight\\n(server CPU ns per 64-byte message; dark: user)"
+    eval split_panel("$tmp/echo_d1.dat")
     eval at(1, 0.25)
     set title "TCP echo, 100 connections, 16 in flight\\n(server CPU ns per 64-byte message)"
-    eval panel("$tmp/echo_d16.dat")
+    eval split_panel("$tmp/echo_d16.dat")
     eval at(2, 0.25)
     set title "HTTP GET keep-alive, 100 connections\\n(server CPU ns per request)"
-    eval panel("$tmp/http_d1.dat")
+    eval split_panel("$tmp/http_d1.dat")
     eval at(3, 0.25)
     set title "HTTP, 16 pipelined per connection\\n(server CPU ns per request)"
-    eval panel("$tmp/http_d16.dat")
+    eval split_panel("$tmp/http_d16.dat")
 }
 unset multiplot
 EOF
