@@ -100,9 +100,11 @@ struct loop_options {
     /// A loop about to sleep while an offload job it submitted less than
     /// this long ago has not answered looks for the answer until then,
     /// keeping its CPU (a computing thread given it would hold it for a
-    /// whole time slice): a short job's answer then costs no wake-up (the pool's write to the loop's wake descriptor, the
-    /// loop's return from the kernel). Counted from each job's submission,
-    /// so a long job costs it once. Zero: sleep at once (docs/offload.md).
+    /// whole time slice): a short job's answer then costs no wake-up (the
+    /// pool's write to the loop's wake descriptor, the loop's return from
+    /// the kernel). Counted from each job's submission, so a long job costs
+    /// it once; spins that keep running out in vain stop for a while. Zero:
+    /// sleep at once (docs/offload.md).
     std::chrono::nanoseconds answer_spin = std::chrono::microseconds(50);
 };
 
