@@ -81,8 +81,8 @@ private:
     loop_counters& m_counters;
     // The monitor's finding: which resume, since when; then the flag.
     // What the thread did (thread_time) packs into the padding after m_flag,
-    // and the thread's id into that after m_countdown: the probe keeps its
-    // size, and the loop's hot fields their places.
+    // and the thread's id into that after m_countdown; the probe grows only
+    // by m_thread.
     std::atomic<bool> m_flag{false};
     std::atomic<std::uint32_t> m_where{0};  // span in ms (18 bits), % waiting (7), % blocked (7)
     std::atomic<std::int64_t> m_epoch{0};
