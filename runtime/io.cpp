@@ -171,9 +171,7 @@ void forget_io(loop_core& core, io_op& o) noexcept {
 bool io_op::pending() const noexcept { return io_access::op(*this).pending(); }
 std::int64_t io_op::result() const noexcept { return io_access::op(*this).result; }
 
-void give_back(buffer_lender* lender, std::uint32_t id) noexcept {
-    reinterpret_cast<reactor::buffer_pool*>(lender)->give_back(id);
-}
+void give_back(void* lender, std::uint32_t id) noexcept { static_cast<reactor::buffer_pool*>(lender)->give_back(id); }
 
 }  // namespace spindle::detail
 

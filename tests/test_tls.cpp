@@ -259,6 +259,70 @@ TEMPLATE_TEST_CASE("tls: handshake, then data both ways at once, every byte chec
         300s);
 }
 
+/// As read_pattern, through read_borrowed: the bytes in lent buffers.
+template <class S>
+task<result<std::size_t>> read_pattern_borrowed(S& s, std::uint64_t seed, std::size_t total) {
+    std::size_t got = 0;
+    while (got < total) {
+        result<spindle::borrowed_buffer> b = co_await s.read_borrowed();
+        if (!b) co_return b.error();
+        if (b->empty()) co_return std::make_error_code(std::errc::connection_aborted);
+        REQUIRE(b->size() <= 16u * 1024);
+        const std::size_t bad = pattern_mismatch(b->bytes(), seed, got);
+        if (bad != std::string::npos) co_return got + bad;
+        got += b->size();
+    }
+    co_return got;
+}
+
+TEMPLATE_TEST_CASE("tls: read_borrowed lends the plaintext, every byte checked; an idle stream holds no buffer",
+                   "[tls][borrowed]", spindle::test::memory_kind, spindle::test::tcp_kind) {
+    loop l;
+    const std::size_t total = 8u << 20;
+    run(
+        l,
+        [](std::size_t total) -> task<void> {
+            auto p = co_await handshake_pair<TestType>(make_client(), make_server());
+            REQUIRE(p.client_handshake.has_value());
+            REQUIRE(p.server_handshake.has_value());
+            auto& loop_ = loop::current();
+            auto c_write = loop_.spawn(write_pattern(p.client, 3, total));
+            result<std::size_t> s_got = co_await read_pattern_borrowed(p.server, 3, total);
+            REQUIRE_OK(co_await c_write);
+            REQUIRE(s_got.has_value());
+            CHECK(*s_got == total);
+            // A request and its answer, then both sides wait.
+            REQUIRE_OK(co_await p.server.write_all(std::as_bytes(std::span(std::string_view("pong")))));
+            std::array<std::byte, 16> in;
+            result<std::size_t> n = co_await p.client.read_some(in);
+            REQUIRE(n.has_value());
+            CHECK(*n == 4);
+            auto parked = loop_.spawn(p.server.read_borrowed());
+            (void)co_await spindle::sleep_for(20ms);
+            if constexpr (std::is_same_v<TestType, spindle::test::tcp_kind>) {
+                // Over a socket the ciphertext waits in the kernel, the
+                // plaintext in nothing: a parked read holds no buffer.
+                CHECK(p.server.buffers_held() == 0);
+                CHECK(p.client.buffers_held() == 0);
+            } else {
+                // A memory stream lends nothing: the input buffer stays.
+                CHECK(p.server.buffers_held() == tls::detail::session::input_capacity);
+            }
+            REQUIRE_OK(co_await p.client.write_all(std::as_bytes(std::span(std::string_view("ping")))));
+            result<spindle::borrowed_buffer> b = co_await parked;
+            REQUIRE(b.has_value());
+            CHECK(std::string_view(reinterpret_cast<const char*>(b->data()), b->size()) == "ping");
+            b->reset();
+            // End of stream reads as an empty buffer.
+            auto s_done = loop_.spawn(p.server.read_borrowed());
+            REQUIRE_OK(co_await p.client.shutdown_write());
+            result<spindle::borrowed_buffer> eos = co_await s_done;
+            REQUIRE(eos.has_value());
+            CHECK(eos->empty());
+        }(total),
+        120s);
+}
+
 TEST_CASE("tls: TLS 1.2 and 1.3, ALPN, and resumption on a second connection", "[tls][versions]") {
     loop l;
     run(

@@ -178,8 +178,11 @@ result<context> make_context(const context_options& o, bool server) {
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
     // A write takes what fits and says so; the stream may move its bytes
     // between retries. OpenSSL reads ahead from spindle's BIO: whole
-    // buffers, not header then body.
-    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // buffers, not header then body. OpenSSL's own record buffers (16 KiB
+    // each way) go back while nothing is in them: an idle connection holds
+    // none.
+    SSL_CTX_set_mode(ctx,
+                     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_read_ahead(ctx, 1);
 
     result<std::string> cert = pem_of(o.certificate_file, o.certificate_pem);

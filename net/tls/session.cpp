@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <utility>
 
 namespace spindle::tls::detail {
 
@@ -21,6 +23,45 @@ namespace {
 /// ahead of the data.
 constexpr std::size_t record_overhead = 256;
 constexpr std::size_t key_update_room = 64;
+
+/// Buffers of `Size` bytes the thread's sessions are not using (output,
+/// lent plaintext), so a connection that answers a request and then idles
+/// takes one and gives it back without a trip to malloc.
+template <std::size_t Size>
+class block_cache {
+public:
+    ~block_cache() {
+        for (std::size_t i = 0; i < m_count; ++i) delete[] m_free[i];
+    }
+    std::byte* take() noexcept {
+        if (m_count > 0) return m_free[--m_count];
+        return new (std::nothrow) std::byte[Size];
+    }
+    void give_back(std::byte* block) noexcept {
+        if (m_count < kept)
+            m_free[m_count++] = block;
+        else
+            delete[] block;
+    }
+    static block_cache& local() noexcept {
+        thread_local block_cache cache;
+        return cache;
+    }
+
+private:
+    static constexpr std::size_t kept = 8;
+    std::byte* m_free[kept] = {};
+    std::size_t m_count = 0;
+};
+
+using output_cache = block_cache<session::output_capacity>;
+using plaintext_cache = block_cache<session::record_plaintext>;
+
+/// Ends every step of the engine: see session::settle_input.
+struct settle_after {
+    session& s;
+    ~settle_after() { s.settle_input(); }
+};
 
 bool is_ip_address(const std::string& name) {
     unsigned char scratch[sizeof(in6_addr)];
@@ -93,12 +134,46 @@ result<std::shared_ptr<session>> session::make(const context& ctx, std::string_v
             }
         }
     }
-    s->m_in.reset(new std::byte[input_capacity]);
-    s->m_out.reset(new std::byte[output_capacity]);
     return s;
 }
 
-session::~session() { SSL_free(m_ssl); }
+session::~session() {
+    SSL_free(m_ssl);
+    if (m_out) output_cache::local().give_back(m_out);
+}
+
+void session::settle_input() noexcept {
+    const std::size_t left = m_loan.size() - m_loan_begin;
+    if (left > 0) {
+        // OpenSSL reads ahead as far as its buffer goes: a remainder is rare,
+        // and only what it could not take yet.
+        const std::size_t held = m_in_end - m_in_begin;
+        if (!m_in || m_in_capacity - held < left) {
+            const std::size_t capacity = std::max(input_capacity, held + left);
+            std::unique_ptr<std::byte[]> bigger(new (std::nothrow) std::byte[capacity]);
+            if (!bigger) return;  // the loan stays, and is read from next time
+            if (held > 0) std::memcpy(bigger.get(), m_in.get() + m_in_begin, held);
+            m_in = std::move(bigger);
+            m_in_capacity = capacity;
+        } else if (m_in_begin > 0) {
+            std::memmove(m_in.get(), m_in.get() + m_in_begin, held);
+        }
+        m_in_begin = 0;
+        m_in_end = held;
+        std::memcpy(m_in.get() + m_in_end, m_loan.data() + m_loan_begin, left);
+        m_in_end += left;
+    }
+    if (m_loan.data() != nullptr) {
+        m_loan.reset();
+        m_loan_begin = 0;
+    }
+    // Over a lending stream the input buffer only ever holds a remainder.
+    if (m_lending && m_in && m_in_begin == m_in_end && !receiving) {
+        m_in.reset();
+        m_in_capacity = 0;
+        m_in_begin = m_in_end = 0;
+    }
+}
 
 step session::outcome(int r, std::size_t count) {
     switch (SSL_get_error(m_ssl, r)) {
@@ -130,6 +205,7 @@ step session::outcome(int r, std::size_t count) {
 }
 
 step session::handshake() {
+    const settle_after settle{*this};
     ERR_clear_error();
     const int r = SSL_do_handshake(m_ssl);
     if (r == 1) return {need::nothing, 0};
@@ -138,6 +214,7 @@ step session::handshake() {
 
 step session::read(std::span<std::byte> out) {
     if (m_deferred.what == need::failed) return m_deferred;
+    const settle_after settle{*this};
     std::size_t total = 0;
     // Everything decrypted already, record after record, while there is room:
     // a bulk reader gets up to its buffer per call.
@@ -170,7 +247,24 @@ std::size_t session::write_limit() const noexcept {
     return room > reserve ? room - reserve : 0;
 }
 
+step session::peek() {
+    if (m_deferred.what == need::failed) return m_deferred;
+    const settle_after settle{*this};
+    ERR_clear_error();
+    std::byte first;
+    std::size_t n = 0;
+    const int r = SSL_peek_ex(m_ssl, &first, 1, &n);
+    if (r == 1) return {need::nothing, n};
+    return outcome(r, 0);
+}
+
+std::byte* session::take_plaintext() noexcept { return plaintext_cache::local().take(); }
+void session::give_back_plaintext(void* block, std::uint32_t) noexcept {
+    plaintext_cache::local().give_back(static_cast<std::byte*>(block));
+}
+
 step session::write(std::span<const std::byte> in) {
+    const settle_after settle{*this};
     ERR_clear_error();
     std::size_t n = 0;
     const int r = SSL_write_ex(m_ssl, in.data(), in.size(), &n);
@@ -180,6 +274,7 @@ step session::write(std::span<const std::byte> in) {
 
 step session::close_notify() {
     if (!handshake_done() || m_close_notify_queued) return {need::nothing, 0};
+    const settle_after settle{*this};
     ERR_clear_error();
     // Called again after output_room until OpenSSL has all of the alert in
     // our buffer (it marks close_notify sent before it has written it).
@@ -198,6 +293,11 @@ bool session::output_can_wait() const noexcept {
 bool session::close_notify_sent() const noexcept { return (SSL_get_shutdown(m_ssl) & SSL_SENT_SHUTDOWN) != 0; }
 
 std::span<std::byte> session::input_space() noexcept {
+    if (!m_in) {
+        m_in.reset(new (std::nothrow) std::byte[input_capacity]);
+        if (!m_in) return {};
+        m_in_capacity = input_capacity;
+    }
     if (!receiving) {
         if (m_in_begin == m_in_end) {
             m_in_begin = m_in_end = 0;
@@ -207,12 +307,18 @@ std::span<std::byte> session::input_space() noexcept {
             m_in_begin = 0;
         }
     }
-    return {m_in.get() + m_in_end, input_capacity - m_in_end};
+    return {m_in.get() + m_in_end, m_in_capacity - m_in_end};
 }
 
 void session::output_sent(std::size_t n) noexcept {
     m_out_begin += n;
     if (m_out_begin == m_out_end && !sending) m_out_begin = m_out_end = 0;
+}
+
+void session::release_idle_output() noexcept {
+    if (!m_out || sending || m_out_begin != m_out_end) return;
+    output_cache::local().give_back(std::exchange(m_out, nullptr));
+    m_out_begin = m_out_end = 0;
 }
 
 std::string_view session::alpn() const noexcept {
@@ -232,27 +338,41 @@ std::string_view session::cipher() const noexcept {
 int session::bio_read(BIO* bio, char* data, std::size_t size, std::size_t* done) {
     auto* s = static_cast<session*>(BIO_get_data(bio));
     BIO_clear_retry_flags(bio);
-    const std::size_t available = s->m_in_end - s->m_in_begin;
-    if (available == 0) {
-        *done = 0;
-        // Without the retry flag, OpenSSL takes 0 as the end of the stream.
-        if (!s->m_in_eof) BIO_set_retry_read(bio);
-        return 0;
+    // A remainder of an earlier loan is older than the loan now.
+    if (const std::size_t held = s->m_in_end - s->m_in_begin; held > 0) {
+        const std::size_t n = std::min(size, held);
+        std::memcpy(data, s->m_in.get() + s->m_in_begin, n);
+        s->m_in_begin += n;
+        *done = n;
+        return 1;
     }
-    const std::size_t n = std::min(size, available);
-    std::memcpy(data, s->m_in.get() + s->m_in_begin, n);
-    s->m_in_begin += n;
-    *done = n;
-    return 1;
+    if (const std::size_t lent = s->m_loan.size() - s->m_loan_begin; lent > 0) {
+        const std::size_t n = std::min(size, lent);
+        std::memcpy(data, s->m_loan.data() + s->m_loan_begin, n);
+        s->m_loan_begin += n;
+        *done = n;
+        return 1;
+    }
+    *done = 0;
+    // Without the retry flag, OpenSSL takes 0 as the end of the stream.
+    if (!s->m_in_eof) BIO_set_retry_read(bio);
+    return 0;
 }
 
 int session::bio_write(BIO* bio, const char* data, std::size_t size, std::size_t* done) {
     auto* s = static_cast<session*>(BIO_get_data(bio));
     BIO_clear_retry_flags(bio);
+    if (!s->m_out) {
+        s->m_out = output_cache::local().take();
+        if (!s->m_out) {
+            *done = 0;
+            return -1;  // no memory: the step fails
+        }
+    }
     // While a send is in flight its bytes stay where they are; otherwise
     // what is still unsent moves to the front to make room.
     if (!s->sending && s->m_out_begin > 0 && output_capacity - s->m_out_end < size) {
-        std::memmove(s->m_out.get(), s->m_out.get() + s->m_out_begin, s->m_out_end - s->m_out_begin);
+        std::memmove(s->m_out, s->m_out + s->m_out_begin, s->m_out_end - s->m_out_begin);
         s->m_out_end -= s->m_out_begin;
         s->m_out_begin = 0;
     }
@@ -263,7 +383,7 @@ int session::bio_write(BIO* bio, const char* data, std::size_t size, std::size_t
         return 0;
     }
     const std::size_t n = std::min(size, room);
-    std::memcpy(s->m_out.get() + s->m_out_end, data, n);
+    std::memcpy(s->m_out + s->m_out_end, data, n);
     s->m_out_end += n;
     *done = n;
     return 1;
@@ -273,8 +393,9 @@ long session::bio_ctrl(BIO* bio, int cmd, long, void*) {
     auto* s = static_cast<session*>(BIO_get_data(bio));
     switch (cmd) {
         case BIO_CTRL_FLUSH: return 1;  // the stream sends; nothing to do here
-        case BIO_CTRL_EOF: return s->m_in_eof && s->m_in_begin == s->m_in_end ? 1 : 0;
-        case BIO_CTRL_PENDING: return static_cast<long>(s->m_in_end - s->m_in_begin);
+        case BIO_CTRL_EOF: return s->m_in_eof && s->input_empty() ? 1 : 0;
+        case BIO_CTRL_PENDING:
+            return static_cast<long>(s->m_in_end - s->m_in_begin + s->m_loan.size() - s->m_loan_begin);
         case BIO_CTRL_WPENDING: return static_cast<long>(s->m_out_end - s->m_out_begin);
         default: return 0;
     }

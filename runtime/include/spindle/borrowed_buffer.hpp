@@ -21,7 +21,8 @@ namespace spindle {
 
 namespace detail {
 struct buffer_lender;
-void give_back(buffer_lender* lender, std::uint32_t id) noexcept;
+/// Gives buffer `id` back to a loop's pool (`lender`).
+void give_back(void* lender, std::uint32_t id) noexcept;
 }  // namespace detail
 
 class borrowed_buffer {
@@ -29,13 +30,15 @@ public:
     /// Empty: lends nothing (and is what end of stream reads as).
     borrowed_buffer() noexcept = default;
     borrowed_buffer(borrowed_buffer&& other) noexcept
-        : m_lender(std::exchange(other.m_lender, nullptr)),
+        : m_give_back(other.m_give_back),
+          m_lender(std::exchange(other.m_lender, nullptr)),
           m_data(std::exchange(other.m_data, nullptr)),
           m_size(std::exchange(other.m_size, 0)),
           m_id(other.m_id) {}
     borrowed_buffer& operator=(borrowed_buffer&& other) noexcept {
         if (this != &other) {
             reset();
+            m_give_back = other.m_give_back;
             m_lender = std::exchange(other.m_lender, nullptr);
             m_data = std::exchange(other.m_data, nullptr);
             m_size = std::exchange(other.m_size, 0);
@@ -60,19 +63,33 @@ public:
         m_data += n;
         m_size -= static_cast<std::uint32_t>(n);
     }
+    /// Keeps the first n bytes (at most size()), dropping the rest.
+    void shrink(std::size_t n) noexcept {
+        if (n < m_size) m_size = static_cast<std::uint32_t>(n);
+    }
     /// Gives the buffer back to its loop now; the buffer is then empty.
     void reset() noexcept {
-        if (m_lender) detail::give_back(std::exchange(m_lender, nullptr), m_id);
+        if (m_lender) m_give_back(std::exchange(m_lender, nullptr), m_id);
         m_data = nullptr;
         m_size = 0;
     }
 
     /// For spindle's reads: what a completion handed over.
     borrowed_buffer(detail::buffer_lender* lender, std::uint32_t id, std::byte* data, std::uint32_t size) noexcept
-        : m_lender(lender), m_data(data), m_size(size), m_id(id) {}
+        : m_give_back(&detail::give_back), m_lender(lender), m_data(data), m_size(size), m_id(id) {}
+
+    /// How a lender of its own takes its buffer `id` back (on the thread
+    /// that lent it, as with a loop's).
+    using give_back_fn = void (*)(void* lender, std::uint32_t id) noexcept;
+    /// For a lender of spindle's other than a loop (an encrypted stream's
+    /// plaintext): `size` bytes at `data`, going back through `give_back`.
+    borrowed_buffer(give_back_fn give_back, void* lender, std::uint32_t id, std::byte* data,
+                    std::uint32_t size) noexcept
+        : m_give_back(give_back), m_lender(lender), m_data(data), m_size(size), m_id(id) {}
 
 private:
-    detail::buffer_lender* m_lender = nullptr;
+    give_back_fn m_give_back = nullptr;
+    void* m_lender = nullptr;
     std::byte* m_data = nullptr;
     std::uint32_t m_size = 0;
     std::uint32_t m_id = 0;

@@ -28,9 +28,14 @@
 ///   cancelled while sending, write_some still reports what it took (the
 ///   ciphertext goes out with the next operation that sends); a cancelled
 ///   write_all may have written part.
-/// - After the handshake, reads and writes allocate nothing: each operation
-///   is a small pooled frame, and the ciphertext buffers (16 KiB in, 33 KiB
-///   out) live as long as the stream (OpenSSL's own buffers aside).
+/// - An idle stream holds no buffer. The ciphertext buffer toward the peer
+///   (33 KiB) is taken from a cache of the thread's while there is output,
+///   OpenSSL's own record buffers only while records are in them, and over a
+///   stream that lends its reads' buffers (a socket: net::reads_borrowed)
+///   the peer's ciphertext arrives in the loop's buffer, given back after
+///   the step that decrypts it. Over any other, a 16 KiB input buffer
+///   lives as long as the stream. Reads and writes allocate nothing else:
+///   each operation is a small pooled frame.
 /// - Destroying (or closing) a stream with operations parked on it completes
 ///   them with operation_canceled, as on a socket; they hold the engine
 ///   until they have.
@@ -122,37 +127,31 @@ public:
         // Every operation holds the engine: one whose stream is destroyed
         // while it is parked resumes (cancelled) into memory still there.
         const std::shared_ptr<detail::session> keep = m_session;
+        co_return co_await read_plaintext(*keep, buf, token);
+    }
+
+    /// The plaintext that arrived, in a buffer lent only once it is there
+    /// (at most one record's worth, 16 KiB), empty at the peer's
+    /// close_notify: a connection waiting for its peer holds no buffer
+    /// (net::reads_borrowed). Give it back soon, on the stream's thread.
+    task<result<borrowed_buffer>> read_borrowed(std::stop_token token = {}) {
+        if (!m_session) co_return std::make_error_code(std::errc::bad_file_descriptor);
+        const std::shared_ptr<detail::session> keep = m_session;
         detail::session& s = *keep;
-        for (;;) {
-            const detail::step st = s.read(buf);
-            switch (st.what) {
-                case detail::need::nothing:
-                    // What reading made OpenSSL write (a KeyUpdate answered,
-                    // a ticket acknowledged, a server's tickets when this read
-                    // did the handshake) goes now, unless a writer is sending:
-                    // it takes it along. A read never waits for one. A TLS 1.3
-                    // server's waits for its next write (see run_handshake).
-                    if (s.has_output() && !s.sending && !s.output_can_wait()) (void)co_await send_output(s, token);
-                    co_return st.count;
-                case detail::need::closed: co_return std::size_t{0};
-                case detail::need::failed:
-                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);  // the alert
-                    co_return st.error;
-                case detail::need::output_room:
-                    if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
-                    break;
-                case detail::need::input:
-                    // Our side of the handshake (or a reply) goes before we
-                    // wait for the peer's. A send that failed does not fail
-                    // the read: what the peer sent may still be there.
-                    if (s.has_output() && !s.sending) {
-                        result<void> sent = co_await send_output(s, token);
-                        if (!sent && is_cancellation(sent.error())) co_return sent.error();
-                    }
-                    if (result<void> got = co_await receive_input(s, token); !got) co_return got.error();
-                    break;
-            }
-        }
+        // Waits until a byte is decrypted, holding nothing, then reads what
+        // is there at once.
+        result<std::size_t> there = co_await read_plaintext(s, {}, token);
+        if (!there) co_return there.error();
+        if (*there == 0) co_return borrowed_buffer{};
+        std::byte* block = detail::session::take_plaintext();
+        if (block == nullptr) co_return std::make_error_code(std::errc::not_enough_memory);
+        borrowed_buffer lent(&detail::session::give_back_plaintext, block, 0, block,
+                             static_cast<std::uint32_t>(detail::session::record_plaintext));
+        result<std::size_t> n = co_await read_plaintext(s, lent.bytes(), token);
+        if (!n) co_return n.error();
+        if (*n == 0) co_return borrowed_buffer{};
+        lent.shrink(*n);
+        co_return lent;
     }
 
     /// Encrypts and sends at most buf.size() bytes (one record: 16 KiB).
@@ -250,6 +249,9 @@ public:
     /// The cipher suite, e.g. "TLS_AES_256_GCM_SHA384".
     std::string_view cipher() const noexcept { return m_session ? m_session->cipher() : std::string_view(); }
     bool handshake_done() const noexcept { return m_session && m_session->handshake_done(); }
+    /// Bytes of buffers the stream holds now for ciphertext (OpenSSL's own
+    /// aside): 0 while idle over a stream that lends its reads' buffers.
+    std::size_t buffers_held() const noexcept { return m_session ? m_session->buffers_held() : 0; }
 
     /// The stream underneath (its address, its options).
     Next& next_layer() noexcept { return m_next; }
@@ -264,6 +266,42 @@ private:
 
     static bool is_cancellation(std::error_code ec) noexcept {
         return ec == std::errc::operation_canceled || ec == std::errc::timed_out;
+    }
+
+    /// At most buf.size() bytes of plaintext into `buf`, 0 at the peer's
+    /// close_notify; with an empty `buf`, 1 once a byte is decrypted, left
+    /// where it is.
+    task<result<std::size_t>> read_plaintext(detail::session& s, std::span<std::byte> buf, std::stop_token token) {
+        for (;;) {
+            const detail::step st = buf.empty() ? s.peek() : s.read(buf);
+            switch (st.what) {
+                case detail::need::nothing:
+                    // What reading made OpenSSL write (a KeyUpdate answered,
+                    // a ticket acknowledged, a server's tickets when this read
+                    // did the handshake) goes now, unless a writer is sending:
+                    // it takes it along. A read never waits for one. A TLS 1.3
+                    // server's waits for its next write (see run_handshake).
+                    if (s.has_output() && !s.sending && !s.output_can_wait()) (void)co_await send_output(s, token);
+                    co_return st.count;
+                case detail::need::closed: co_return std::size_t{0};
+                case detail::need::failed:
+                    if (s.has_output() && !s.sending) (void)co_await send_output(s, token);  // the alert
+                    co_return st.error;
+                case detail::need::output_room:
+                    if (result<void> sent = co_await send_output(s, token); !sent) co_return sent.error();
+                    break;
+                case detail::need::input:
+                    // Our side of the handshake (or a reply) goes before we
+                    // wait for the peer's. A send that failed does not fail
+                    // the read: what the peer sent may still be there.
+                    if (s.has_output() && !s.sending) {
+                        result<void> sent = co_await send_output(s, token);
+                        if (!sent && is_cancellation(sent.error())) co_return sent.error();
+                    }
+                    if (result<void> got = co_await receive_input(s, token); !got) co_return got.error();
+                    break;
+            }
+        }
     }
 
     task<result<void>> run_handshake(std::stop_token token) {
@@ -367,6 +405,7 @@ private:
             }
             s.output_sent(*n);
         }
+        s.release_idle_output();
         s.output_drained.set();
         co_return result<void>{};
     }
@@ -380,7 +419,28 @@ private:
             if (result<void> arrived = co_await s.input_arrived.wait(token); !arrived) co_return arrived;
             co_return result<void>{};
         }
+        if constexpr (net::reads_borrowed<Next>) {
+            // Nothing buffered (an idle connection): the ciphertext arrives
+            // in a buffer the loop lends only once it is there.
+            if (s.input_empty()) {
+                result<borrowed_buffer> got = std::make_error_code(std::errc::operation_canceled);
+                {
+                    const in_flight mark(s.receiving, s.input_arrived);
+                    got = co_await m_next.read_borrowed(token);
+                    if (got && got->size() == 0)
+                        s.input_ended();
+                    else if (got)
+                        s.input_lent(std::move(*got));
+                }
+                if (!got) {
+                    if (!is_cancellation(got.error())) s.receive_error = got.error();
+                    co_return got.error();
+                }
+                co_return result<void>{};
+            }
+        }
         const std::span<std::byte> space = s.input_space();  // before `receiving`: it may compact
+        if (space.data() == nullptr) co_return std::make_error_code(std::errc::not_enough_memory);
         if (space.empty()) co_return result<void>{};
         result<std::size_t> n = std::make_error_code(std::errc::operation_canceled);
         {

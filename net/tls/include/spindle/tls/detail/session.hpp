@@ -10,6 +10,7 @@
 /// stream template (stream.hpp) awaits those needs. Compiled once, here and
 /// in session.cpp, so the template stays small.
 
+#include <spindle/borrowed_buffer.hpp>
 #include <spindle/event.hpp>
 #include <spindle/result.hpp>
 #include <spindle/tls/context.hpp>
@@ -45,11 +46,21 @@ struct step {
 class session {
 public:
     /// Ciphertext buffered from the peer, and toward it: two records' worth
-    /// outbound, so one send carries up to 32 KiB of plaintext.
+    /// outbound, so one send carries up to 32 KiB of plaintext. Each is held
+    /// only while bytes are in it (an idle connection holds neither): the
+    /// output buffer comes from a small cache of the thread's, and over a
+    /// stream that lends its reads' buffers the input arrives in the loop's
+    /// buffer (input_lent), which goes back after the step that read it.
     static constexpr std::size_t input_capacity = 16 * 1024;
     static constexpr std::size_t output_capacity = 2 * (16 * 1024 + 256) + 512;
     /// The most plaintext one record carries.
     static constexpr std::size_t record_plaintext = 16 * 1024;
+
+    /// A buffer for plaintext a borrowed read lends (one record's worth),
+    /// from a small cache of the thread's; null without memory. It goes back
+    /// through give_back_plaintext, as a borrowed_buffer's lender.
+    static std::byte* take_plaintext() noexcept;
+    static void give_back_plaintext(void* block, std::uint32_t) noexcept;
 
     /// An engine for one connection of `ctx`'s side. A client checks the
     /// server's certificate against `server_name` (a host name or an IP
@@ -63,6 +74,9 @@ public:
     /// Plaintext into `out`: as much as is decrypted already, at least one
     /// byte, or what is needed for one.
     step read(std::span<std::byte> out);
+    /// As read, but leaves the plaintext where it is: done (`count` 1) once
+    /// at least one byte of it is decrypted.
+    step peek();
     /// Encrypts `in` into the output buffer. The most it takes at once is
     /// write_limit(); a step that needed output_room must be repeated with
     /// the same bytes.
@@ -81,16 +95,35 @@ public:
     bool close_notify_received() const noexcept { return m_peer_closed; }
 
     // Ciphertext from the peer: the stream reads into input_space(), then
-    // says how much arrived (0: the stream underneath ended).
+    // says how much arrived (0: the stream underneath ended); or, over a
+    // stream that lends its buffers, hands over what a borrowed read got
+    // while nothing else is buffered (input_empty()). An empty span:
+    // no memory for the buffer.
     std::span<std::byte> input_space() noexcept;
     void input_received(std::size_t n) noexcept { m_in_end += n; }
     void input_ended() noexcept { m_in_eof = true; }
+    bool input_empty() const noexcept { return m_in_begin == m_in_end && m_loan.size() == m_loan_begin; }
+    void input_lent(borrowed_buffer bytes) noexcept {
+        m_loan = std::move(bytes);
+        m_loan_begin = 0;
+        m_lending = true;
+    }
+    /// Ends every step: what OpenSSL left of a loan moves into the input
+    /// buffer and the loan goes back; over a lending stream, an input buffer
+    /// left empty goes back too.
+    void settle_input() noexcept;
 
     // Ciphertext toward the peer: the stream sends from output(), then says
     // how much went.
-    std::span<const std::byte> output() const noexcept { return {m_out.get() + m_out_begin, m_out_end - m_out_begin}; }
+    std::span<const std::byte> output() const noexcept { return {m_out + m_out_begin, m_out_end - m_out_begin}; }
     bool has_output() const noexcept { return m_out_end != m_out_begin; }
     void output_sent(std::size_t n) noexcept;
+    /// Nothing is queued or being sent: the output buffer goes back.
+    void release_idle_output() noexcept;
+    /// Bytes of ciphertext buffers held now (OpenSSL's own aside).
+    std::size_t buffers_held() const noexcept {
+        return (m_in ? m_in_capacity : 0) + (m_out ? output_capacity : 0) + (m_loan.data() ? m_loan.size() : 0);
+    }
 
     /// A read of the stream underneath into input_space() is in flight (the
     /// buffer is not moved meanwhile); `input_arrived` is set when it ends.
@@ -123,6 +156,7 @@ private:
     session() = default;
     /// The step for OpenSSL's return `r` of an SSL_* call.
     step outcome(int r, std::size_t count);
+
     static int bio_read(bio_st* bio, char* data, std::size_t size, std::size_t* done);
     static int bio_write(bio_st* bio, const char* data, std::size_t size, std::size_t* done);
     static long bio_ctrl(bio_st* bio, int cmd, long larg, void* parg);
@@ -132,6 +166,7 @@ private:
     ssl_st* m_ssl = nullptr;
     std::string m_cache_key;                   // the server name a client's sessions are kept under
     std::unique_ptr<std::byte[]> m_in;
+    std::size_t m_in_capacity = 0;
     std::size_t m_in_begin = 0;
     std::size_t m_in_end = 0;
     bool m_in_eof = false;
@@ -139,7 +174,10 @@ private:
     bool m_close_notify_queued = false;
     /// A failure met after plaintext in the same read: reported by the next.
     step m_deferred;
-    std::unique_ptr<std::byte[]> m_out;
+    borrowed_buffer m_loan;
+    std::size_t m_loan_begin = 0;
+    bool m_lending = false;      // the stream underneath lends its reads' buffers
+    std::byte* m_out = nullptr;  // output_capacity bytes from the thread's cache, while in use
     std::size_t m_out_begin = 0;
     std::size_t m_out_end = 0;
 
