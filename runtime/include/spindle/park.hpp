@@ -78,7 +78,7 @@
 
 namespace spindle {
 
-template <class Wait>
+template <class Wait, bool TakesToken = true>
 class parked;
 template <class T>
 class remote_answer;
@@ -120,7 +120,7 @@ protected:
     detail::loop_core& core() const noexcept { return detail::core_of(*m_wait_task); }
 
 private:
-    template <class>
+    template <class, bool>
     friend class parked;
     template <class>
     friend class remote_answer;
@@ -235,27 +235,37 @@ inline void spend_requeued_turn() noexcept { (void)spend_budget(); }
 
 }  // namespace detail
 
-/// A wait `Wait` run by the park protocol: what a task co_awaits.
-template <class Wait>
+/// A wait `Wait` run by the park protocol: what a task co_awaits. With
+/// TakesToken false, it takes no stop token (an empty one only) and keeps
+/// no word for one; cancel scopes and join_handle::cancel still reach it.
+/// For an overload without a token, such as sleep_for(d): a frame holds its
+/// wait for as long as the task waits.
+template <class Wait, bool TakesToken>
 class parked final : public Wait {
     static_assert(std::is_base_of_v<waiter, Wait>, "spindle::parked<W>: W must derive from spindle::waiter");
     static_assert(noexcept(std::declval<Wait&>().on_abandon()), "spindle::parked<W>: on_abandon() must be noexcept");
     using state = waiter::state;
     static constexpr bool cancellable = detail::cancellable_wait<Wait>;
+    // Keeps the token, then the callback registered on it.
+    static constexpr bool tokened = cancellable && TakesToken;
     static_assert(detail::hooks_noexcept<Wait>(), "spindle::parked<W>: on_cancel() and on_discard() must be noexcept");
 
 public:
     /// Builds the wait from `args`; a stop requested on `token` cancels it
     /// (ignored by a wait without on_cancel()).
     template <class... Args>
-    explicit parked(std::stop_token token, Args&&... args)
+    requires TakesToken explicit parked(std::stop_token token, Args&&... args)
         : Wait(std::forward<Args>(args)...), m_stop(std::move(token)) {}
+    /// Builds a wait that takes no token from `args`.
+    template <class... Args>
+        requires(!TakesToken)
+    explicit parked(std::in_place_t, Args&&... args) : Wait(std::forward<Args>(args)...), m_stop(std::stop_token{}) {}
     parked(const parked&) = delete;
     parked& operator=(const parked&) = delete;
 
     ~parked() {
         withdraw();
-        if constexpr (cancellable) m_stop.token.~stop_token();
+        if constexpr (tokened) m_stop.token.~stop_token();
     }
 
     /// Gives the wait up now, as the destruction of its frame would: parked,
@@ -274,7 +284,7 @@ public:
             if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (cancellable) drop_stop_callback();
+        if constexpr (tokened) drop_stop_callback();
     }
 
     bool await_ready() {
@@ -282,7 +292,9 @@ public:
             // Every way of cancelling stops the next wait, even one that would
             // not have to wait (data already buffered, a value in a channel):
             // a cancelled task must not run on through ready operations.
-            if (m_stop.token.stop_requested() || (!detail::forwards_cancel<Wait> && detail::task_cancel_pending())) {
+            bool stopped = false;
+            if constexpr (tokened) stopped = m_stop.token.stop_requested();
+            if (stopped || (!detail::forwards_cancel<Wait> && detail::task_cancel_pending())) {
                 this->m_wait_cancelled = true;
                 this->m_wait_state = state::done;
                 return true;
@@ -315,7 +327,7 @@ public:
         // holds a wait for as long as its task sleeps. Taken before parking,
         // so running out of memory leaves the wait unstarted.
         void* stop_memory = nullptr;
-        if constexpr (cancellable)
+        if constexpr (tokened)
             if (m_stop.token.stop_possible()) stop_memory = detail::frame_pool::allocate(sizeof(stop_callback));
         this->m_wait_state = state::parking;
         try {
@@ -335,7 +347,7 @@ public:
         }
         this->m_wait_state = state::parked;
         detail::mark_parked(t, &info, this);
-        if constexpr (cancellable) {
+        if constexpr (tokened) {
             // Registering may run on_cancel at once, if a stop is already requested.
             if (stop_memory) {
                 stop_callback* callback = ::new (stop_memory) stop_callback(m_stop.token, fire{this});
@@ -345,6 +357,8 @@ public:
                 m_stop.callback = callback;
                 this->m_wait_has_stop_callback = true;
             }
+        }
+        if constexpr (cancellable) {
             if (this->m_wait_state == state::parked && t.cancel_pending()) {
                 Wait::on_cancel();
                 t.note_cancel_reached();
@@ -360,7 +374,7 @@ public:
             detail::spend_requeued_turn();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (cancellable) drop_stop_callback();
+        if constexpr (tokened) drop_stop_callback();
         if constexpr (detail::wait_with_take<Wait>)
             return Wait::take();
         else
@@ -394,7 +408,7 @@ private:
 
     using stop_callback = std::stop_callback<fire>;
     void drop_stop_callback() noexcept {
-        if constexpr (cancellable) {
+        if constexpr (tokened) {
             if (!this->m_wait_has_stop_callback) return;
             stop_callback* callback = m_stop.callback;
             callback->~stop_callback();
@@ -417,7 +431,7 @@ private:
     struct no_stop_word {
         explicit no_stop_word(std::stop_token) noexcept {}
     };
-    [[no_unique_address]] std::conditional_t<cancellable, stop_word, no_stop_word> m_stop;
+    [[no_unique_address]] std::conditional_t<tokened, stop_word, no_stop_word> m_stop;
 };
 
 /// For an operation served without a wait (a line already buffered): true

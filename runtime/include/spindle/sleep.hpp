@@ -41,6 +41,9 @@ private:
 
 /// result<void>: success, or operation_canceled when the token stopped the sleep.
 using sleep_awaiter = parked<sleep_wait>;
+/// The same without a token (cancel scopes and join_handle::cancel still
+/// end it): a sleeping frame keeps no word for one.
+using tokenless_sleep_awaiter = parked<sleep_wait, false>;
 
 struct yield_awaiter {
     bool await_ready() const noexcept { return false; }
@@ -110,8 +113,8 @@ template <class Rep, class Period>
     return detail::sleep_awaiter(std::move(token), detail::deadline_after(d));
 }
 template <class Rep, class Period>
-[[nodiscard]] detail::sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d) {
-    return detail::sleep_awaiter(std::stop_token{}, detail::deadline_after(d));
+[[nodiscard]] detail::tokenless_sleep_awaiter sleep_for(const std::chrono::duration<Rep, Period>& d) {
+    return detail::tokenless_sleep_awaiter(std::in_place, detail::deadline_after(d));
 }
 
 /// Resumes the task at `t` (a deadline in the past fires in the next timer
@@ -119,8 +122,8 @@ template <class Rep, class Period>
 [[nodiscard]] inline detail::sleep_awaiter sleep_until(const clock::time_point& t, std::stop_token token) {
     return detail::sleep_awaiter(std::move(token), detail::to_ns(t));
 }
-[[nodiscard]] inline detail::sleep_awaiter sleep_until(const clock::time_point& t) {
-    return detail::sleep_awaiter(std::stop_token{}, detail::to_ns(t));
+[[nodiscard]] inline detail::tokenless_sleep_awaiter sleep_until(const clock::time_point& t) {
+    return detail::tokenless_sleep_awaiter(std::in_place, detail::to_ns(t));
 }
 
 /// Lets every other ready task run once before this one goes on.
