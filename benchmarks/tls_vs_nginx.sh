@@ -15,6 +15,9 @@
 #               and server CPU per request
 #   bulk        MiB/s of 1 MiB responses (16 KiB records) to curl, and
 #               server CPU per MiB
+#   idle        server memory per idle TLS connection: 1,000 connections,
+#               each after one keep-alive request (benchmarks/tls_idle.py),
+#               against a server started fresh for it
 # Server CPU is user + system time from /proc (all nginx processes), so a
 # load that is the bottleneck still gives a fair cost per unit.
 set -euo pipefail
@@ -29,6 +32,8 @@ for tool in nginx openssl curl taskset; do
     command -v "$tool" >/dev/null || { echo "tls_vs_nginx: $tool is not installed" >&2; exit 1; }
 done
 [[ -x $http && -x $load ]] || { echo "tls_vs_nginx: build $build first (with TLS and the examples)" >&2; exit 1; }
+# 1,000 idle connections (and their descriptors) per server.
+ulimit -n 8192 2>/dev/null || true
 server_cpu=0
 load_cpu=1
 (( $(nproc) >= 2 )) || load_cpu=0
@@ -149,6 +154,29 @@ run_bulk() {
     awk -v t=$(( after - before )) -v hz="$hz" -v s="$start" -v e="$end" 'BEGIN { printf "%.0f %.1f\n", 200 / (e - s), t / hz * 1e6 / 200 }'
 }
 
+# run_idle spindle|nginx: "bytes_per_connection" against a fresh server.
+run_idle() {
+    local port pid out
+    port=$(free_port)
+    if [[ $1 == spindle ]]; then
+        taskset -c $server_cpu "$http" --port "$port" --tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem" >/dev/null &
+        pid=$!
+    else
+        sed "s/listen 127.0.0.1:$nginx_tls ssl;/listen 127.0.0.1:$port ssl;/; /listen 127.0.0.1:$nginx_plain;/d; s|pid .*;|pid $dir/nginx/idle.pid;|" \
+            "$dir/nginx/nginx.conf" >"$dir/nginx/idle.conf"
+        taskset -c $server_cpu nginx -c "$dir/nginx/idle.conf" -e "$dir/nginx/error.log" &
+        pid=$!
+    fi
+    for _ in $(seq 100); do
+        curl -s --cacert "$dir/cert.pem" "https://127.0.0.1:$port/" >/dev/null && break
+        sleep 0.1
+    done
+    out=$(taskset -c $load_cpu python3 benchmarks/tls_idle.py "$port" "$dir/cert.pem" "$pid" 1000)
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    sed -n 's/.*bytes_per_connection=\([0-9]*\).*/\1 0/p' <<<"$out"
+}
+
 tls_args=(--mode http --tls --tls-ca "$dir/cert.pem" --tls-name localhost)
 declare -A results
 record() { results[$1]+="$2"$'\n'; echo "  $1: $2"; }
@@ -163,15 +191,21 @@ for round in $(seq "$rounds"); do
     record "keep-alive http nginx" "$(run_load $nginx_master --port $nginx_plain --mode http --connections 50)"
     record "bulk spindle" "$(run_bulk $spindle_tls_pid $spindle_tls)"
     record "bulk nginx" "$(run_bulk $nginx_master $nginx_tls)"
+    record "idle spindle" "$(run_idle spindle)"
+    record "idle nginx" "$(run_idle nginx)"
 done
 
 echo
 echo "medians of $rounds rounds (server on CPU $server_cpu, load on CPU $load_cpu, ${seconds} s each):"
 printf '%-26s %14s %16s\n' case "per second" "server CPU (us)"
 for key in "handshakes spindle" "handshakes nginx" "keep-alive https spindle" "keep-alive https nginx" \
-           "keep-alive http spindle" "keep-alive http nginx" "bulk spindle" "bulk nginx"; do
+           "keep-alive http spindle" "keep-alive http nginx" "bulk spindle" "bulk nginx" "idle spindle" "idle nginx"; do
     rate=$(awk '{ print $1 }' <<<"${results[$key]}" | grep . | median)
     cpu=$(awk '{ print $2 }' <<<"${results[$key]}" | grep . | median)
+    if [[ $key == idle* ]]; then
+        printf '%-26s %14s bytes per idle connection\n' "$key" "$rate"
+        continue
+    fi
     unit=$([[ $key == bulk* ]] && echo "MiB" || { [[ $key == handshakes* ]] && echo "handshake" || echo "request"; })
     printf '%-26s %14s %12s /%s\n' "$key" "$rate" "$cpu" "$unit"
 done
