@@ -10,6 +10,7 @@
 #include "post_inbox.hpp"
 #include "relaxed.hpp"
 #include "stall_probe.hpp"
+#include "stop_links.hpp"
 #include "timer_queue.hpp"
 #include "watchers.hpp"
 
@@ -49,6 +50,7 @@ public:
     const loop_options& options() const noexcept { return m_options; }
     watcher_registry& watchers() noexcept { return m_watchers; }
     signal_service& signals();
+    stop_links& stop_links_of() noexcept { return m_stop_links; }
 
     // --- tasks
     void register_task(task_header& t, std::coroutine_handle<> frame);
@@ -132,6 +134,7 @@ private:
     loop& m_owner;
     loop_options m_options;
     std::unique_ptr<reactor::backend> m_backend;
+    stop_links m_stop_links;  // outlives every frame: shutdown() destroys them first
     timer_queue m_timers;
     intrusive_list<task_header, ready_tag> m_ready;
     intrusive_list<task_header, ready_tag> m_batch;

@@ -742,8 +742,9 @@ TEST_CASE("a sleep is cancelled promptly by a stop request from another task", "
 }
 
 // A frame holds a wait for as long as its task waits: a cancellable wait keeps
-// one word for its stop_token and, once parked, the callback registered on it;
-// a wait that cannot be cancelled keeps neither.
+// one word for its stop_token and, once parked, three for its place among
+// the token's waits on its loop, in the same words; a wait that cannot be
+// cancelled keeps neither.
 namespace size_check {
 struct plain_wait : spindle::waiter {
     void on_park() {}
@@ -753,12 +754,13 @@ struct cancellable_wait : plain_wait {
     void on_cancel() noexcept {}
 };
 static_assert(sizeof(spindle::parked<plain_wait>) == sizeof(plain_wait));
-static_assert(sizeof(spindle::parked<cancellable_wait>) == sizeof(cancellable_wait) + sizeof(void*));
+static_assert(sizeof(spindle::parked<cancellable_wait>) == sizeof(cancellable_wait) + 3 * sizeof(void*));
+static_assert(sizeof(spindle::parked<cancellable_wait, false>) == sizeof(cancellable_wait));
 }  // namespace size_check
 
 TEST_CASE("sleeps with a token that can stop allocate nothing once warm", "[timers][cancel][alloc]") {
-    // Each parks with a stop callback registered: the callback's block comes
-    // from the frame pool, not from the allocator, after the first few.
+    // Each parks linked to the loop's entry for the token, made by the
+    // first: nothing is allocated after it.
     spindle::loop l;
     std::stop_source source;
     struct outcome {
@@ -783,6 +785,45 @@ TEST_CASE("sleeps with a token that can stop allocate nothing once warm", "[time
     REQUIRE(drain(l));
     CHECK(o.slept == 1000);
     CHECK(o.allocations == 0);
+}
+
+TEST_CASE("a stop reaches every wait parked on its token, and only those", "[timers][cancel]") {
+    // Many waits share a token (one entry on the loop); another token's waits
+    // go on; tokens of their own, thousands of them one after another, each
+    // still cancel their wait while idle entries are dropped.
+    spindle::loop l;
+    std::stop_source a, b;
+    struct tally {
+        int cancelled = 0;
+        int slept = 0;
+    } on_a, on_b, own;
+    auto sleeper = [](std::stop_token token, std::chrono::nanoseconds d, tally& t) -> task<void> {
+        spindle::result<void> r = co_await spindle::sleep_for(d, token);
+        ++(r ? t.slept : t.cancelled);
+    };
+    for (int i = 0; i < 200; ++i) {
+        l.spawn(sleeper(a.get_token(), 10s, on_a)).detach();
+        l.spawn(sleeper(b.get_token(), 30ms, on_b)).detach();
+    }
+    l.run_once(0ns);  // all parked
+    a.request_stop();
+    CHECK(on_a.cancelled == 0);  // cancelled waits resume in a later tick, never inline
+    REQUIRE(drain(l));
+    CHECK(on_a.cancelled == 200);
+    CHECK(on_a.slept == 0);
+    CHECK(on_b.slept == 200);
+    CHECK(on_b.cancelled == 0);
+
+    std::vector<std::stop_source> sources(3000);
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        l.spawn(sleeper(sources[i].get_token(), i % 2 ? 10s : 1ms, own)).detach();
+        if (i % 100 == 99) l.run_once(0ns);
+    }
+    l.run_once(0ns);
+    for (std::size_t i = 1; i < sources.size(); i += 2) sources[i].request_stop();
+    REQUIRE(drain(l));
+    CHECK(own.cancelled == 1500);
+    CHECK(own.slept == 1500);
 }
 
 TEST_CASE("a sleep whose token was stopped before the await returns at once", "[timers][cancel]") {

@@ -64,6 +64,7 @@
 
 #include <spindle/detail/engine.hpp>
 #include <spindle/detail/frame_pool.hpp>
+#include <spindle/detail/stop_link.hpp>
 #include <spindle/detail/task_header.hpp>
 #include <spindle/result.hpp>
 
@@ -131,9 +132,9 @@ private:
     detail::task_header* m_wait_task = nullptr;
     state m_wait_state = state::idle;
     bool m_wait_cancelled = false;
-    // parked<W> holds a stop callback, in the word its token had (in this
-    // class's padding: no room of its own).
-    bool m_wait_has_stop_callback = false;
+    // parked<W> is linked to its token's list, in the words its token had
+    // (in this class's padding: no room of its own).
+    bool m_wait_stop_linked = false;
 };
 
 namespace detail {
@@ -284,7 +285,7 @@ public:
             if constexpr (detail::wait_with_discard<Wait>) Wait::on_discard();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (tokened) drop_stop_callback();
+        if constexpr (tokened) unlink_stop();
     }
 
     bool await_ready() {
@@ -322,23 +323,20 @@ public:
             detail::requeue_for_budget(t, h);
             return true;
         }
-        // The stop callback lives outside the frame, in a pooled block taken
-        // only for a token that can stop: most waits have none, and a frame
-        // holds a wait for as long as its task sleeps. Taken before parking,
-        // so running out of memory leaves the wait unstarted.
-        void* stop_memory = nullptr;
+        // A token that can stop is heard through its loop's entry for it
+        // (detail/stop_link.hpp), found before parking, so running out of
+        // memory leaves the wait unstarted.
+        detail::stop_entry* stop_entry = nullptr;
         if constexpr (tokened)
-            if (m_stop.token.stop_possible()) stop_memory = detail::frame_pool::allocate(sizeof(stop_callback));
+            if (m_stop.token.stop_possible()) stop_entry = &detail::stop_entry_for(detail::core_of(t), m_stop.token);
         this->m_wait_state = state::parking;
         try {
             Wait::on_park();
         } catch (...) {
             this->m_wait_state = state::idle;
-            if (stop_memory) detail::frame_pool::deallocate(stop_memory, sizeof(stop_callback));
             throw;
         }
         if (this->m_wait_state == state::done) {
-            if (stop_memory) detail::frame_pool::deallocate(stop_memory, sizeof(stop_callback));
             // Completed at once: as in await_ready, that spends the budget.
             if (detail::spend_budget()) return false;
             this->m_wait_state = state::requeued;
@@ -348,14 +346,21 @@ public:
         this->m_wait_state = state::parked;
         detail::mark_parked(t, &info, this);
         if constexpr (tokened) {
-            // Registering may run on_cancel at once, if a stop is already requested.
-            if (stop_memory) {
-                stop_callback* callback = ::new (stop_memory) stop_callback(m_stop.token, fire{this});
-                // The callback holds the stop state itself: the token is not
-                // needed any more, and its word holds the callback.
+            if (stop_entry) {
+                // The entry holds the token's state: the token is not needed
+                // any more, and its word goes to the link.
+                const bool stopped = m_stop.token.stop_requested();
                 m_stop.token.~stop_token();
-                m_stop.callback = callback;
-                this->m_wait_has_stop_callback = true;
+                ::new (&m_stop.link) detail::stop_link();
+                m_stop.link.m_task = &t;
+                this->m_wait_stop_linked = true;
+                detail::link_stop(*stop_entry, m_stop.link);
+                // A stop requested since await_ready (from another thread):
+                // as a callback registered now would, cancel at once.
+                if (stopped) {
+                    unlink_stop();
+                    Wait::on_cancel();
+                }
             }
         }
         if constexpr (cancellable) {
@@ -374,7 +379,7 @@ public:
             detail::spend_requeued_turn();
         }
         this->m_wait_state = state::resumed;
-        if constexpr (tokened) drop_stop_callback();
+        if constexpr (tokened) unlink_stop();
         if constexpr (detail::wait_with_take<Wait>)
             return Wait::take();
         else
@@ -392,11 +397,6 @@ private:
         return false;
     }
 
-    struct fire {
-        parked* self;
-        void operator()() const noexcept { (void)self->cancel(); }
-    };
-
     static bool cancel_thunk(void* p) noexcept { return static_cast<parked*>(p)->cancel(); }
     static void describe_thunk(const void* p, std::string& out) {
         if constexpr (detail::wait_with_describe<Wait>)
@@ -406,27 +406,25 @@ private:
     }
     static constexpr detail::wait_info info{cancellable ? &cancel_thunk : nullptr, &describe_thunk};
 
-    using stop_callback = std::stop_callback<fire>;
-    void drop_stop_callback() noexcept {
+    void unlink_stop() noexcept {
         if constexpr (tokened) {
-            if (!this->m_wait_has_stop_callback) return;
-            stop_callback* callback = m_stop.callback;
-            callback->~stop_callback();
-            detail::frame_pool::deallocate(callback, sizeof(stop_callback));
-            ::new (&m_stop.token) std::stop_token();  // the word is a (spent) token again
-            this->m_wait_has_stop_callback = false;
+            if (!this->m_wait_stop_linked) return;
+            m_stop.link.unlink();
+            m_stop.link.~stop_link();
+            ::new (&m_stop.token) std::stop_token();  // the words are a (spent) token again
+            this->m_wait_stop_linked = false;
         }
     }
 
-    // A frame holds a wait for as long as its task waits: one word for the
-    // token until the wait parks, then for the callback registered on it
-    // (while the waiter says it has one). A wait that cannot be cancelled
-    // keeps neither.
+    // A frame holds a wait for as long as its task waits: a wait that takes
+    // a token keeps it until the wait parks, then its place in the list of
+    // the token's waits on its loop, in the same words (while the waiter says
+    // it is linked); one that takes none keeps neither.
     union stop_word {
         explicit stop_word(std::stop_token t) noexcept : token(std::move(t)) {}
         ~stop_word() {}
         std::stop_token token;
-        stop_callback* callback;
+        detail::stop_link link;
     };
     struct no_stop_word {
         explicit no_stop_word(std::stop_token) noexcept {}
