@@ -78,7 +78,7 @@ std::int64_t readiness_backend::receive_pooled(operation& op) noexcept {
     if (!m_pool->take(id)) return -ENOMEM;
     std::int64_t r;
     do {
-        r = or_errno(::recv(op.fd, m_pool->address(id), m_pool->buffer_size(), op.flags));
+        r = or_errno(sys::recv(op.fd, m_pool->address(id), m_pool->buffer_size(), op.flags));
     } while (r == -EINTR);
     if (r > 0) {
         op.args.pooled = {m_pool, id};

@@ -6,12 +6,63 @@
 #include <spindle/reactor/operation.hpp>
 
 #include <cerrno>
+#include <cstddef>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
+
+// glibc's read, recv, send and the rest are cancellation points: in a process
+// with more than one thread (the stall monitor's, a pool's) each switches the
+// thread's cancel type on before the system call and off after it, about 30
+// instructions each way, for pthread_cancel, which spindle never uses.
+// syscall(2) makes the same call without them. Sanitizer builds keep libc's
+// wrappers, which the sanitizers intercept (buffer checks, the
+// happens-before of a byte written on one thread and read on another).
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer) && !__has_feature(memory_sanitizer)
+#define SPINDLE_RAW_SYSCALLS 1
+#endif
+#else
+#define SPINDLE_RAW_SYSCALLS 1
+#endif
+#endif
+#ifndef SPINDLE_RAW_SYSCALLS
+#define SPINDLE_RAW_SYSCALLS 0
+#endif
+
 namespace spindle::reactor {
+
+namespace sys {
+#if SPINDLE_RAW_SYSCALLS
+inline long read(int fd, void* buf, std::size_t n) noexcept { return ::syscall(SYS_read, fd, buf, n); }
+inline long write(int fd, const void* buf, std::size_t n) noexcept { return ::syscall(SYS_write, fd, buf, n); }
+inline long readv(int fd, const ::iovec* iov, int count) noexcept { return ::syscall(SYS_readv, fd, iov, count); }
+inline long writev(int fd, const ::iovec* iov, int count) noexcept { return ::syscall(SYS_writev, fd, iov, count); }
+inline long recv(int fd, void* buf, std::size_t n, int flags) noexcept {
+    return ::syscall(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
+}
+inline long send(int fd, const void* buf, std::size_t n, int flags) noexcept {
+    return ::syscall(SYS_sendto, fd, buf, n, flags, nullptr, 0);
+}
+inline long recvmsg(int fd, ::msghdr* msg, int flags) noexcept { return ::syscall(SYS_recvmsg, fd, msg, flags); }
+inline long sendmsg(int fd, const ::msghdr* msg, int flags) noexcept { return ::syscall(SYS_sendmsg, fd, msg, flags); }
+#else
+inline long read(int fd, void* buf, std::size_t n) noexcept { return ::read(fd, buf, n); }
+inline long write(int fd, const void* buf, std::size_t n) noexcept { return ::write(fd, buf, n); }
+inline long readv(int fd, const ::iovec* iov, int count) noexcept { return ::readv(fd, iov, count); }
+inline long writev(int fd, const ::iovec* iov, int count) noexcept { return ::writev(fd, iov, count); }
+inline long recv(int fd, void* buf, std::size_t n, int flags) noexcept { return ::recv(fd, buf, n, flags); }
+inline long send(int fd, const void* buf, std::size_t n, int flags) noexcept { return ::send(fd, buf, n, flags); }
+inline long recvmsg(int fd, ::msghdr* msg, int flags) noexcept { return ::recvmsg(fd, msg, flags); }
+inline long sendmsg(int fd, const ::msghdr* msg, int flags) noexcept { return ::sendmsg(fd, msg, flags); }
+#endif
+}  // namespace sys
 
 // The direction an operation waits in (op_code.hpp's list says which): the
 // list a readiness backend parks it in, and what io_uring polls for when the
@@ -60,17 +111,17 @@ inline std::int64_t perform(operation& op) noexcept {
     for (;;) {
         std::int64_t r = -EINVAL;
         switch (op.code) {
-            case op_code::read: r = or_errno(::read(op.fd, op.args.buf.data, op.args.buf.size)); break;
-            case op_code::write: r = or_errno(::write(op.fd, op.args.buf.data, op.args.buf.size)); break;
-            case op_code::readv: r = or_errno(::readv(op.fd, op.args.vec.iov, op.args.vec.count)); break;
-            case op_code::writev: r = or_errno(::writev(op.fd, op.args.vec.iov, op.args.vec.count)); break;
-            case op_code::recv: r = or_errno(::recv(op.fd, op.args.buf.data, op.args.buf.size, op.flags)); break;
+            case op_code::read: r = or_errno(sys::read(op.fd, op.args.buf.data, op.args.buf.size)); break;
+            case op_code::write: r = or_errno(sys::write(op.fd, op.args.buf.data, op.args.buf.size)); break;
+            case op_code::readv: r = or_errno(sys::readv(op.fd, op.args.vec.iov, op.args.vec.count)); break;
+            case op_code::writev: r = or_errno(sys::writev(op.fd, op.args.vec.iov, op.args.vec.count)); break;
+            case op_code::recv: r = or_errno(sys::recv(op.fd, op.args.buf.data, op.args.buf.size, op.flags)); break;
             // MSG_NOSIGNAL: a closed peer is EPIPE, never a SIGPIPE that kills the process.
             case op_code::send:
-                r = or_errno(::send(op.fd, op.args.buf.data, op.args.buf.size, op.flags | no_sigpipe));
+                r = or_errno(sys::send(op.fd, op.args.buf.data, op.args.buf.size, op.flags | no_sigpipe));
                 break;
-            case op_code::recvmsg: r = or_errno(::recvmsg(op.fd, op.args.msg, op.flags)); break;
-            case op_code::sendmsg: r = or_errno(::sendmsg(op.fd, op.args.msg, op.flags | no_sigpipe)); break;
+            case op_code::recvmsg: r = or_errno(sys::recvmsg(op.fd, op.args.msg, op.flags)); break;
+            case op_code::sendmsg: r = or_errno(sys::sendmsg(op.fd, op.args.msg, op.flags | no_sigpipe)); break;
             case op_code::accept: r = accept_nonblocking(op); break;
             // Not single syscalls: the backends run these their own way.
             case op_code::connect:
