@@ -22,7 +22,9 @@
 // instructions each way, for pthread_cancel, which spindle never uses.
 // syscall(2) makes the same call without them. Sanitizer builds keep libc's
 // wrappers, which the sanitizers intercept (buffer checks, the
-// happens-before of a byte written on one thread and read on another).
+// happens-before of a byte written on one thread and read on another), and
+// sendmsg and recvmsg keep them everywhere: a program that interposes them
+// (as the tests of gather writes do, to cut writes short) sees every call.
 #if defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #if defined(__has_feature)
 #if !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer) && !__has_feature(memory_sanitizer)
@@ -50,8 +52,6 @@ inline long recv(int fd, void* buf, std::size_t n, int flags) noexcept {
 inline long send(int fd, const void* buf, std::size_t n, int flags) noexcept {
     return ::syscall(SYS_sendto, fd, buf, n, flags, nullptr, 0);
 }
-inline long recvmsg(int fd, ::msghdr* msg, int flags) noexcept { return ::syscall(SYS_recvmsg, fd, msg, flags); }
-inline long sendmsg(int fd, const ::msghdr* msg, int flags) noexcept { return ::syscall(SYS_sendmsg, fd, msg, flags); }
 #else
 inline long read(int fd, void* buf, std::size_t n) noexcept { return ::read(fd, buf, n); }
 inline long write(int fd, const void* buf, std::size_t n) noexcept { return ::write(fd, buf, n); }
@@ -59,9 +59,9 @@ inline long readv(int fd, const ::iovec* iov, int count) noexcept { return ::rea
 inline long writev(int fd, const ::iovec* iov, int count) noexcept { return ::writev(fd, iov, count); }
 inline long recv(int fd, void* buf, std::size_t n, int flags) noexcept { return ::recv(fd, buf, n, flags); }
 inline long send(int fd, const void* buf, std::size_t n, int flags) noexcept { return ::send(fd, buf, n, flags); }
+#endif
 inline long recvmsg(int fd, ::msghdr* msg, int flags) noexcept { return ::recvmsg(fd, msg, flags); }
 inline long sendmsg(int fd, const ::msghdr* msg, int flags) noexcept { return ::sendmsg(fd, msg, flags); }
-#endif
 }  // namespace sys
 
 // The direction an operation waits in (op_code.hpp's list says which): the
