@@ -22,16 +22,16 @@
 
 namespace spindle {
 
-namespace {
+using detail::t_current_core;
 
-thread_local detail::loop_core* t_current = nullptr;
+namespace {
 
 // Makes `core` the current loop for a scope: awaitables find their loop and
 // task through it. Nested scopes (a loop driven from inside another's task) restore.
 class current_scope {
 public:
-    explicit current_scope(detail::loop_core* core) noexcept : m_previous(t_current) { t_current = core; }
-    ~current_scope() { t_current = m_previous; }
+    explicit current_scope(detail::loop_core* core) noexcept : m_previous(t_current_core) { t_current_core = core; }
+    ~current_scope() { t_current_core = m_previous; }
     current_scope(const current_scope&) = delete;
     current_scope& operator=(const current_scope&) = delete;
 
@@ -81,20 +81,17 @@ static_assert(static_cast<int>(reactor::backend_kind::io_uring) == static_cast<i
               static_cast<int>(reactor::backend_kind::kqueue) == static_cast<int>(backend_kind::kqueue) &&
               static_cast<int>(reactor::backend_kind::automatic) == static_cast<int>(backend_kind::automatic));
 
-loop_core* current_core_or_null() noexcept { return t_current; }
+loop_core* current_core_or_null() noexcept { return t_current_core; }
 std::int64_t now_real_ns() noexcept { return steady_ns(); }
 
-task_header* current_task_or_null() noexcept { return t_current ? t_current->running_task() : nullptr; }
+task_header* current_task_or_null() noexcept { return t_current_core ? t_current_core->running_task() : nullptr; }
 
-task_header* exchange_running_task(task_header* t) noexcept { return t_current->exchange_running(t); }
+task_header* exchange_running_task(task_header* t) noexcept { return t_current_core->exchange_running(t); }
 
-loop_core& current_core() {
-    if (!t_current) throw std::logic_error("spindle: no loop is running on this thread");
-    return *t_current;
-}
+void no_loop_running() { throw std::logic_error("spindle: no loop is running on this thread"); }
 
 task_header& current_task() {
-    task_header* t = t_current ? t_current->running_task() : nullptr;
+    task_header* t = t_current_core ? t_current_core->running_task() : nullptr;
     if (!t) throw std::logic_error("spindle: this awaitable must be awaited inside a task run by a loop");
     return *t;
 }
@@ -107,7 +104,7 @@ task_header* running_task(const loop_core& core) noexcept { return core.running_
 void schedule(task_header& task) noexcept { task.m_loop->schedule(task); }
 
 void refill_budget() noexcept {
-    if (t_current) t_budget = t_current->full_budget();
+    if (t_current_core) t_budget = t_current_core->full_budget();
 }
 
 bool budget_exempt() noexcept {
@@ -125,7 +122,7 @@ void disarm_timer(loop_core& core, timer_node& node) noexcept {
 }
 
 std::int64_t now_ns() noexcept {
-    if (const loop_core* l = t_current; l && l->virtual_time()) return l->virtual_ns();
+    if (const loop_core* l = t_current_core; l && l->virtual_time()) return l->virtual_ns();
     return steady_ns();
 }
 std::int64_t recent_ns(const loop_core& core) noexcept { return core.recent_ns(); }
@@ -601,11 +598,11 @@ loop::~loop() {
 }
 
 loop& loop::current() {
-    if (!t_current) throw std::logic_error("spindle: no loop is running on this thread");
-    return t_current->owner();
+    if (!t_current_core) throw std::logic_error("spindle: no loop is running on this thread");
+    return t_current_core->owner();
 }
 
-loop* loop::current_or_null() noexcept { return t_current ? &t_current->owner() : nullptr; }
+loop* loop::current_or_null() noexcept { return t_current_core ? &t_current_core->owner() : nullptr; }
 
 void loop::run() { m_core->run(); }
 void loop::stop() noexcept { m_core->stop(); }

@@ -28,9 +28,17 @@ task_header* current_task_or_null() noexcept;
 /// (a branch's waits park that header, not the task). Call it again with
 /// what it returned when the branch suspends. A loop must be running here.
 task_header* exchange_running_task(task_header* t) noexcept;
+/// The engine of the loop running a tick on this thread, or null. Read
+/// inline: every operation looks it up.
+constinit inline thread_local loop_core* t_current_core = nullptr;
+/// Throws std::logic_error: no loop runs here.
+[[noreturn]] void no_loop_running();
 /// The engine of the loop running on this thread; throws std::logic_error
 /// when no loop runs here.
-loop_core& current_core();
+inline loop_core& current_core() {
+    if (!t_current_core) no_loop_running();
+    return *t_current_core;
+}
 /// The engine a task runs on.
 loop_core& core_of(const task_header& task) noexcept;
 /// The engine behind a loop.
