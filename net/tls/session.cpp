@@ -26,32 +26,40 @@ constexpr std::size_t key_update_room = 64;
 
 /// Buffers of `Size` bytes the thread's sessions are not using (output,
 /// lent plaintext), so a connection that answers a request and then idles
-/// takes one and gives it back without a trip to malloc.
+/// takes one and gives it back without a trip to malloc. The list itself is
+/// trivially destructible: a session destroyed after its thread's
+/// thread_local objects (a stream in a static, say) frees its block plainly.
 template <std::size_t Size>
 class block_cache {
 public:
-    ~block_cache() {
-        for (std::size_t i = 0; i < m_count; ++i) delete[] m_free[i];
-    }
-    std::byte* take() noexcept {
-        if (m_count > 0) return m_free[--m_count];
+    static std::byte* take() noexcept {
+        if (t_state.count > 0) return t_state.free[--t_state.count];
         return new (std::nothrow) std::byte[Size];
     }
-    void give_back(std::byte* block) noexcept {
-        if (m_count < kept)
-            m_free[m_count++] = block;
-        else
+    static void give_back(std::byte* block) noexcept {
+        if (t_state.gone || t_state.count == kept) {
             delete[] block;
-    }
-    static block_cache& local() noexcept {
-        thread_local block_cache cache;
-        return cache;
+            return;
+        }
+        static thread_local const reaper frees_at_exit;  // the thread's first block kept arms it
+        (void)frees_at_exit;
+        t_state.free[t_state.count++] = block;
     }
 
 private:
     static constexpr std::size_t kept = 8;
-    std::byte* m_free[kept] = {};
-    std::size_t m_count = 0;
+    struct state {
+        std::byte* free[kept];
+        std::size_t count;
+        bool gone;  // the thread is ending: keep nothing more
+    };
+    struct reaper {
+        ~reaper() {
+            while (t_state.count > 0) delete[] t_state.free[--t_state.count];
+            t_state.gone = true;
+        }
+    };
+    static constinit inline thread_local state t_state{};
 };
 
 using output_cache = block_cache<session::output_capacity>;
@@ -139,7 +147,7 @@ result<std::shared_ptr<session>> session::make(const context& ctx, std::string_v
 
 session::~session() {
     SSL_free(m_ssl);
-    if (m_out) output_cache::local().give_back(m_out);
+    if (m_out) output_cache::give_back(m_out);
 }
 
 void session::settle_input() noexcept {
@@ -258,9 +266,9 @@ step session::peek() {
     return outcome(r, 0);
 }
 
-std::byte* session::take_plaintext() noexcept { return plaintext_cache::local().take(); }
+std::byte* session::take_plaintext() noexcept { return plaintext_cache::take(); }
 void session::give_back_plaintext(void* block, std::uint32_t) noexcept {
-    plaintext_cache::local().give_back(static_cast<std::byte*>(block));
+    plaintext_cache::give_back(static_cast<std::byte*>(block));
 }
 
 step session::write(std::span<const std::byte> in) {
@@ -317,7 +325,7 @@ void session::output_sent(std::size_t n) noexcept {
 
 void session::release_idle_output() noexcept {
     if (!m_out || sending || m_out_begin != m_out_end) return;
-    output_cache::local().give_back(std::exchange(m_out, nullptr));
+    output_cache::give_back(std::exchange(m_out, nullptr));
     m_out_begin = m_out_end = 0;
 }
 
@@ -363,7 +371,7 @@ int session::bio_write(BIO* bio, const char* data, std::size_t size, std::size_t
     auto* s = static_cast<session*>(BIO_get_data(bio));
     BIO_clear_retry_flags(bio);
     if (!s->m_out) {
-        s->m_out = output_cache::local().take();
+        s->m_out = output_cache::take();
         if (!s->m_out) {
             *done = 0;
             return -1;  // no memory: the step fails
