@@ -45,6 +45,8 @@ public:
 
     /// Throws std::bad_alloc.
     stop_entry& entry_for(const std::stop_token& token);
+    /// Entries kept now (for tests: idle ones must not pile up).
+    std::size_t size() const noexcept { return m_entries.size(); }
 
 private:
     void drop_idle() noexcept;

@@ -1,6 +1,7 @@
 // Timers: ordering, the timer queue against a reference model, cancellation,
 // and fixed-rate clocks (interval, repeating timers).
 #include "counting_new.hpp"
+#include "stop_links.hpp"
 #include "support.hpp"
 #include "timer_queue.hpp"  // the engine's own, tested directly
 
@@ -824,6 +825,24 @@ TEST_CASE("a stop reaches every wait parked on its token, and only those", "[tim
     REQUIRE(drain(l));
     CHECK(own.cancelled == 1500);
     CHECK(own.slept == 1500);
+}
+
+TEST_CASE("a loop's stop entries: one per token, idle ones dropped, linked ones kept", "[timers][cancel]") {
+    spindle::detail::stop_links links;
+    std::stop_source kept;
+    spindle::detail::stop_entry& first = links.entry_for(kept.get_token());
+    CHECK(&links.entry_for(kept.get_token()) == &first);  // another token of the same source: the same entry
+    spindle::detail::stop_link link;                      // a wait parked on it, never stopped here
+    spindle::detail::link_stop(first, link);
+    std::vector<std::stop_source> others(1000);
+    std::size_t most = 0;
+    for (auto& s : others) {
+        (void)links.entry_for(s.get_token());
+        most = std::max(most, links.size());
+    }
+    CHECK(most <= 65);                                    // idle entries go once 64 pile up
+    CHECK(&links.entry_for(kept.get_token()) == &first);  // the linked one stayed
+    link.unlink();
 }
 
 TEST_CASE("a sleep whose token was stopped before the await returns at once", "[timers][cancel]") {

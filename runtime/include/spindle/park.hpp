@@ -247,7 +247,7 @@ class parked final : public Wait {
     static_assert(noexcept(std::declval<Wait&>().on_abandon()), "spindle::parked<W>: on_abandon() must be noexcept");
     using state = waiter::state;
     static constexpr bool cancellable = detail::cancellable_wait<Wait>;
-    // Keeps the token, then the callback registered on it.
+    // Keeps the token, then its place in the list of the token's waits.
     static constexpr bool tokened = cancellable && TakesToken;
     static_assert(detail::hooks_noexcept<Wait>(), "spindle::parked<W>: on_cancel() and on_discard() must be noexcept");
 
