@@ -11,19 +11,26 @@
 #include "load.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <optional>
-#include <span>
+#include <pthread.h>
 #include <sched.h>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -65,6 +72,10 @@ struct options {
     int churn = 0;
     /// Instead of steady load: this many connections held open and idle.
     int idle = 0;
+    /// Instead of steady load: a bulk stream and a ping beside it (run_flood).
+    bool flood = false;
+    /// Servers run beside spindle's backends in --flood (each with --backend epoll).
+    std::vector<std::string> peers;
 };
 
 // One server configuration of a round: a backend and a number of loops.
@@ -75,32 +86,39 @@ struct variant {
 };
 
 [[noreturn]] void usage(std::FILE* out, int status) {
-    std::fprintf(out,
-                 "usage: spindle-echo-bench [--mode echo|http] [--backends LIST] [--connections N] [--size BYTES]\n"
-                 "                          [--depth LIST] [--duration SECONDS] [--rounds N] [--syscalls]\n"
-                 "                          [--server PATH] [--threads LIST] [--churn N] [--idle N]\n"
-                 "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
-                 "byte verified) and compares the backends round by round.\n\n"
-                 "  --mode MODE        echo (default), or http: spindle-http answering GET / keep-alive requests,\n"
-                 "                     --depth of them pipelined on each connection (every response checked)\n"
-                 "  --backends LIST    comma-separated (default: the backends built, %s)\n"
-                 "  --connections N    concurrent connections, 1..10000 (default 100)\n"
-                 "  --size BYTES       message size, 1..1048576 (default 64)\n"
-                 "  --depth LIST       messages in flight per connection, comma-separated, each 1..1024 (default 1,16)\n"
-                 "  --duration SECONDS each run, 1..600 (default 3)\n"
-                 "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
-                 "  --syscalls         count the server's system calls (perf, else strace)\n"
-                 "  --server PATH      the server to run (default: the spindle-echo or spindle-http built with this\n"
-                 "                     program); it must take --backend, --host and --port 0 and print\n"
-                 "                     \"NAME listening on HOST:PORT\" once it listens\n"
-                 "  --churn N          instead: N connections opened at once, each doing 10 round trips and closing;\n"
-                 "                     wall time and server CPU per connection, per backend (N: 1..20000)\n"
-                 "  --idle N           instead: N connections opened, one round trip each, then held idle for 2 s;\n"
-                 "                     the server's resident memory per connection and its wake-ups while idle\n"
-                 "                     (N: 1..60000)\n"
-                 "  --threads LIST     the server's loops, comma-separated, each run in turn (default 1); with more\n"
-                 "                     than 1 the server is not pinned (its loops share the cores with the load)\n",
-                 SPINDLE_BUILT_BACKENDS);
+    std::fprintf(
+        out,
+        "usage: spindle-echo-bench [--mode echo|http] [--backends LIST] [--connections N] [--size BYTES]\n"
+        "                          [--depth LIST] [--duration SECONDS] [--rounds N] [--syscalls]\n"
+        "                          [--server PATH] [--threads LIST] [--churn N] [--idle N]\n"
+        "                          [--flood [--peers LIST]]\n"
+        "Runs spindle-echo on each backend under spindle's load generator (loopback, every\n"
+        "byte verified) and compares the backends round by round.\n\n"
+        "  --mode MODE        echo (default), or http: spindle-http answering GET / keep-alive requests,\n"
+        "                     --depth of them pipelined on each connection (every response checked)\n"
+        "  --backends LIST    comma-separated (default: the backends built, %s)\n"
+        "  --connections N    concurrent connections, 1..10000 (default 100)\n"
+        "  --size BYTES       message size, 1..1048576 (default 64)\n"
+        "  --depth LIST       messages in flight per connection, comma-separated, each 1..1024 (default 1,16)\n"
+        "  --duration SECONDS each run, 1..600 (default 3)\n"
+        "  --rounds N         rounds, 1..100 (default 3); each runs every backend once per depth\n"
+        "  --syscalls         count the server's system calls (perf, else strace)\n"
+        "  --server PATH      the server to run (default: the spindle-echo or spindle-http built with this\n"
+        "                     program); it must take --backend, --host and --port 0 and print\n"
+        "                     \"NAME listening on HOST:PORT\" once it listens\n"
+        "  --churn N          instead: N connections opened at once, each doing 10 round trips and closing;\n"
+        "                     wall time and server CPU per connection, per backend (N: 1..20000)\n"
+        "  --idle N           instead: N connections opened, one round trip each, then held idle for 2 s;\n"
+        "                     the server's resident memory per connection and its wake-ups while idle\n"
+        "                     (N: 1..60000)\n"
+        "  --flood            instead: one connection streams 64 KiB writes as fast as the server echoes them\n"
+        "                     while another sends 5-byte pings one at a time; ping latency and bytes echoed\n"
+        "                     (every byte verified), per backend, for --duration\n"
+        "  --peers LIST       with --flood: other servers (paths, comma-separated) run in turn with the\n"
+        "                     backends, each given --backend epoll\n"
+        "  --threads LIST     the server's loops, comma-separated, each run in turn (default 1); with more\n"
+        "                     than 1 the server is not pinned (its loops share the cores with the load)\n",
+        SPINDLE_BUILT_BACKENDS);
     std::exit(status);
 }
 
@@ -115,6 +133,10 @@ options parse(int argc, char** argv) {
         if (arg == "--help" || arg == "-h") usage(stdout, 0);
         if (arg == "--syscalls") {
             o.syscalls = true;
+            continue;
+        }
+        if (arg == "--flood") {
+            o.flood = true;
             continue;
         }
         if (i + 1 >= argc) usage(stderr, 2);
@@ -145,6 +167,8 @@ options parse(int argc, char** argv) {
             o.idle = static_cast<int>(number(echo_bench, value, 1, 60000));
         } else if (arg == "--churn") {
             o.churn = static_cast<int>(number(echo_bench, value, 1, 20000));
+        } else if (arg == "--peers") {
+            o.peers = split(value);
         } else if (arg == "--threads") {
             o.threads.clear();
             for (const std::string& t : split(value)) o.threads.push_back(static_cast<int>(number(echo_bench, t, 1, 64)));
@@ -154,7 +178,8 @@ options parse(int argc, char** argv) {
     }
     if (o.backends.empty() || o.depths.empty() || o.threads.empty()) usage(stderr, 2);
     // Churn and idle connections are echo's: one round trip of --size bytes.
-    if (o.mode == load_mode::http && (o.churn > 0 || o.idle > 0)) usage(stderr, 2);
+    if (o.mode == load_mode::http && (o.churn > 0 || o.idle > 0 || o.flood)) usage(stderr, 2);
+    if (!o.peers.empty() && !o.flood) usage(stderr, 2);
     if (o.server.empty()) o.server = o.mode == load_mode::http ? SPINDLE_HTTP_SERVER : SPINDLE_ECHO_SERVER;
     return o;
 }
@@ -559,6 +584,232 @@ int idle_main(const options& o, int server_cpu) {
     return all_ok ? 0 : 1;
 }
 
+// --- a bulk stream and a ping beside it ----------------------------------------------
+
+// The client side is plain blocking sockets on threads of their own (all on
+// the load's core): the same client for every server, and one whose ping is
+// never queued behind its own bulk stream.
+
+constexpr std::size_t flood_chunk = 64 * 1024;
+constexpr std::size_t ping_size = 5;
+/// The bulk stream's byte at offset i is i % 251: no period of a power of
+/// two, so a chunk lost, repeated or moved shows.
+constexpr std::uint64_t pattern_period = 251;
+
+/// A blocking TCP connection to 127.0.0.1:port, without Nagle's delay, every
+/// send and receive bounded by 5 s; -1 on failure.
+int connect_blocking(std::uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const timeval limit{.tv_sec = 5, .tv_usec = 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool send_all(int fd, const std::byte* data, std::size_t size) {
+    while (size > 0) {
+        const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+/// SCHED_FIFO for the calling thread, if this process may (root or
+/// CAP_SYS_NICE); false otherwise, which leaves it as it was.
+bool prioritise_this_thread() {
+    const sched_param p{.sched_priority = 1};
+    return ::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &p) == 0;
+}
+void deprioritise_this_thread() {
+    const sched_param p{.sched_priority = 0};
+    ::pthread_setschedparam(::pthread_self(), SCHED_OTHER, &p);
+}
+
+struct flood_result {
+    bool ok = false;
+    std::size_t pings = 0;
+    double ping_p50_us = 0;
+    double ping_p99_us = 0;
+    double ping_max_us = 0;
+    double echoed_mib = 0;  ///< bulk bytes echoed back and verified
+    double server_cpu_s = 0;
+    std::string error;
+};
+
+double quantile(std::vector<double>& sorted, double q) {
+    if (sorted.empty()) return 0;
+    return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * static_cast<double>(sorted.size())))];
+}
+
+flood_result run_flood(const std::string& server, const std::string& backend, int duration_s, int server_cpu) {
+    using std::chrono::steady_clock;
+    flood_result r;
+    std::optional<server_child> s = start_server(server, backend, spawn_options{.cpu = server_cpu}, {});
+    if (!s) {
+        r.error = "the server did not start";
+        return r;
+    }
+    const int bulk = connect_blocking(s->port);
+    const int ping = connect_blocking(s->port);
+    std::atomic<std::uint64_t> written{0};
+    std::atomic<bool> writer_done{false};
+    std::uint64_t echoed = 0;
+    std::string bulk_error, ping_error;
+    std::vector<double> latencies;
+    if (bulk < 0 || ping < 0) {
+        r.error = "could not connect";
+    } else {
+        const auto start = steady_clock::now();
+        const auto deadline = start + std::chrono::seconds(duration_s);
+        // One period longer than a chunk: the bytes at any offset, up to a
+        // chunk of them, are a window of it.
+        std::vector<std::byte> pattern(flood_chunk + pattern_period);
+        for (std::size_t i = 0; i < pattern.size(); ++i)
+            pattern[i] = std::byte(static_cast<unsigned char>(i % pattern_period));
+        std::thread writer([&] {
+            std::uint64_t at = 0;
+            while (steady_clock::now() < deadline &&
+                   send_all(bulk, pattern.data() + at % pattern_period, flood_chunk)) {
+                at += flood_chunk;
+                written.store(at, std::memory_order_release);
+            }
+            writer_done.store(true, std::memory_order_release);
+            ::shutdown(bulk, SHUT_WR);
+        });
+        std::thread reader([&] {
+            std::vector<std::byte> in(flood_chunk);
+            for (;;) {
+                if (writer_done.load(std::memory_order_acquire) && echoed == written.load(std::memory_order_acquire))
+                    break;
+                const ssize_t n = ::recv(bulk, in.data(), in.size(), 0);
+                if (n < 0 && errno == EINTR) continue;
+                if (n < 0) {
+                    bulk_error = std::string("bulk read: ") + std::strerror(errno);
+                    break;
+                }
+                if (n == 0) break;
+                if (std::memcmp(in.data(), pattern.data() + echoed % pattern_period, static_cast<std::size_t>(n)) !=
+                    0) {
+                    bulk_error = "bulk echo differs after byte " + std::to_string(echoed);
+                    break;
+                }
+                echoed += static_cast<std::uint64_t>(n);
+            }
+        });
+        // The pings, one at a time, each of its own bytes; the first 100 ms
+        // (the bulk stream ramping up) are not counted. The pinging thread
+        // runs first on the load's core where it may (real-time priority):
+        // what it measures is then the server's delay, not the wait for the
+        // bulk threads beside it to be descheduled.
+        const bool prioritised = prioritise_this_thread();
+        std::byte out[ping_size], back[ping_size];
+        for (std::uint64_t k = 0; ping_error.empty() && steady_clock::now() < deadline; ++k) {
+            for (std::size_t i = 0; i < ping_size; ++i)
+                out[i] = std::byte(static_cast<unsigned char>('a' + (k + i) % 26));
+            const auto t0 = steady_clock::now();
+            if (!send_all(ping, out, ping_size)) {
+                ping_error = std::string("ping write: ") + std::strerror(errno);
+                break;
+            }
+            for (std::size_t got = 0; got < ping_size;) {
+                const ssize_t n = ::recv(ping, back + got, ping_size - got, 0);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) {
+                    ping_error = n == 0 ? "ping: the server closed" : std::string("ping read: ") + std::strerror(errno);
+                    break;
+                }
+                got += static_cast<std::size_t>(n);
+            }
+            if (!ping_error.empty()) break;
+            if (std::memcmp(out, back, ping_size) != 0) ping_error = "ping echo differs";
+            if (t0 - start >= std::chrono::milliseconds(100))
+                latencies.push_back(std::chrono::duration<double, std::micro>(steady_clock::now() - t0).count());
+        }
+        if (prioritised) deprioritise_this_thread();
+        writer.join();
+        reader.join();
+        if (echoed != written.load())
+            bulk_error += (bulk_error.empty() ? "" : "; ") + std::string("bulk: ") +
+                          std::to_string(written.load() - echoed) + " bytes not echoed";
+    }
+    if (bulk >= 0) ::close(bulk);
+    if (ping >= 0) ::close(ping);
+    rusage usage{};
+    const bool clean = exited_with_zero(stop_child(s->pid, SIGTERM, 10s, &usage));
+    std::sort(latencies.begin(), latencies.end());
+    r.pings = latencies.size();
+    r.ping_p50_us = quantile(latencies, 0.50);
+    r.ping_p99_us = quantile(latencies, 0.99);
+    r.ping_max_us = latencies.empty() ? 0 : latencies.back();
+    r.echoed_mib = static_cast<double>(echoed) / (1024.0 * 1024.0);
+    r.server_cpu_s = cpu_seconds(usage);
+    if (r.error.empty())
+        r.error = bulk_error.empty() ? ping_error : bulk_error + (ping_error.empty() ? "" : "; " + ping_error);
+    if (r.error.empty() && !clean) r.error = "the server did not exit with status 0 on SIGTERM";
+    r.ok = r.error.empty() && r.pings > 0;
+    return r;
+}
+
+int flood_main(const options& o, int server_cpu) {
+    struct contender {
+        std::string label, server, backend;
+    };
+    std::vector<contender> contenders;
+    for (const std::string& b : o.backends) contenders.push_back({b, o.server, b});
+    for (const std::string& p : o.peers) contenders.push_back({p.substr(p.find_last_of('/') + 1), p, "epoll"});
+    std::printf(
+        "flood: one connection streams %zu KiB writes and reads the echo, another sends %zu-byte pings one at a "
+        "time; %d s per run, %d rounds, loopback\n\n",
+        flood_chunk / 1024, ping_size, o.duration_s, o.rounds);
+    std::vector<std::vector<flood_result>> results(contenders.size());
+    bool all_ok = true;
+    for (int round = 1; round <= o.rounds; ++round) {
+        for (std::size_t i = 0; i < contenders.size(); ++i) {
+            const std::size_t c = round % 2 ? i : contenders.size() - 1 - i;
+            const flood_result r = run_flood(contenders[c].server, contenders[c].backend, o.duration_s, server_cpu);
+            std::printf(
+                "round %d  %-12s pings %6zu  p50 %7.0f us  p99 %7.0f us  max %7.0f us  echoed %8.0f MiB  "
+                "server cpu %.2f s%s%s\n",
+                round, contenders[c].label.c_str(), r.pings, r.ping_p50_us, r.ping_p99_us, r.ping_max_us, r.echoed_mib,
+                r.server_cpu_s, r.ok ? "" : "  FAILED: ", r.error.c_str());
+            std::fflush(stdout);
+            all_ok = all_ok && r.ok;
+            results[c].push_back(r);
+        }
+    }
+    std::printf("\nmedians of %d rounds:\n", o.rounds);
+    for (std::size_t c = 0; c < contenders.size(); ++c) {
+        auto med = [&](double flood_result::*field) {
+            std::vector<double> v;
+            for (const flood_result& r : results[c]) v.push_back(r.*field);
+            return median(v);
+        };
+        std::printf(
+            "flood %-12s ping_p50_us=%.0f ping_p99_us=%.0f ping_max_us=%.0f echoed_mib=%.0f "
+            "echoed_mib_per_server_cpu_s=%.0f\n",
+            contenders[c].label.c_str(), med(&flood_result::ping_p50_us), med(&flood_result::ping_p99_us),
+            med(&flood_result::ping_max_us), med(&flood_result::echoed_mib),
+            med(&flood_result::echoed_mib) / std::max(med(&flood_result::server_cpu_s), 1e-9));
+    }
+    std::printf("\n%s\n", all_ok ? "every run: all bytes verified, server exited with status 0"
+                                 : "FAILED: see the runs marked FAILED");
+    return all_ok ? 0 : 1;
+}
+
 // --- reporting ---------------------------------------------------------------------
 
 void print_run(int round, int depth, const std::string& backend, const run_result& r) {
@@ -597,6 +848,7 @@ int main(int argc, char** argv) {
 
     if (o.churn > 0) return churn_main(o, server_cpu);
     if (o.idle > 0) return idle_main(o, server_cpu);
+    if (o.flood) return flood_main(o, server_cpu);
 
     count_tool tool = count_tool::none;
     if (o.syscalls) {
