@@ -104,14 +104,22 @@ task_header* running_task(const loop_core& core) noexcept { return core.running_
 void schedule(task_header& task) noexcept { task.m_loop->schedule(task); }
 
 void refill_budget() noexcept {
-    if (t_current_core) t_budget = t_current_core->full_budget();
+    if (t_current_core && t_current_core->running_task()) t_budget = t_current_core->turn().start(steady_ns());
 }
 
-bool budget_exempt() noexcept {
-    const task_header* t = current_task_or_null();
-    if (!t || !t->m_unbudgeted) return false;
-    refill_budget();
-    return true;
+bool next_stint() noexcept {
+    loop_core* core = t_current_core;
+    const task_header* t = core ? core->running_task() : nullptr;
+    if (!t) {
+        t_budget = std::numeric_limits<std::uint32_t>::max();  // outside a task there is no budget
+        return true;
+    }
+    if (t->m_unbudgeted) {
+        t_budget = core->turn().budget();
+        return true;
+    }
+    t_budget = core->turn().next(steady_ns());
+    return t_budget != 0;
 }
 
 void arm_timer(loop_core& core, timer_node& node, std::int64_t deadline_ns) {
@@ -188,6 +196,7 @@ loop_core::loop_core(loop& owner, loop_options options)
     : m_owner(owner),
       m_options(options),
       m_backend(open_backend(options)),
+      m_turn(options.task_budget, options.task_quantum.count()),
       m_pacing(options.poll_interval.count(), steady_ns()),
       m_inbox(*m_backend, m_counters),
       m_stall(m_pacing, m_counters),
@@ -196,7 +205,6 @@ loop_core::loop_core(loop& owner, loop_options options)
     if (m_options.idle_batch == 0) m_options.idle_batch = 1;
     m_inbox.set_answer_spin(std::max<std::int64_t>(0, m_options.answer_spin.count()));
     m_timers.set_slack(m_options.timer_slack.count(), m_options.scaled_timer_slack);
-    m_full_budget = m_options.task_budget == 0 ? std::numeric_limits<std::uint32_t>::max() : m_options.task_budget;
     // The virtual clock starts at the real one, so deadlines computed before
     // the loop existed still make sense.
     m_recent_ns = m_virtual_ns = m_awake_since_ns = steady_ns();
@@ -394,12 +402,11 @@ bool loop_core::run_once(std::chrono::nanoseconds max_wait) {
 // its own, chosen once per tick.
 template <bool Timed>
 inline void loop_core::resume_batch() noexcept {
-    const std::uint32_t full_budget = m_full_budget;
     std::uint64_t resumed = 0;
     [[maybe_unused]] std::int64_t start = Timed ? steady_ns() : 0;
     while (task_header* t = m_batch.pop_front()) {
         m_running = t;
-        t_budget = full_budget;
+        t_budget = m_turn.start(m_pacing.epoch());
         if constexpr (Timed) {
             run_time_histogram* own = m_run_times.of(*t);
             t->m_resume.resume();

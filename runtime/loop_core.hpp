@@ -11,6 +11,7 @@
 #include "relaxed.hpp"
 #include "stall_probe.hpp"
 #include "stop_links.hpp"
+#include "task_turn.hpp"
 #include "timer_queue.hpp"
 #include "watchers.hpp"
 
@@ -64,8 +65,8 @@ public:
         m_running = t;
         return previous;
     }
-    /// A task's budget at the start of each turn (loop_options::task_budget).
-    std::uint32_t full_budget() const noexcept { return m_full_budget; }
+    /// The running task's turn: its budget and quantum (loop_options::task_budget, task_quantum).
+    task_turn& turn() noexcept { return m_turn; }
     std::size_t task_count() const noexcept { return m_task_count; }
     std::uint64_t tasks_spawned() const noexcept { return m_next_task_id.load() - 1; }
     std::uint64_t posts_run() const noexcept { return m_inbox.posts_run(); }
@@ -140,7 +141,7 @@ private:
     intrusive_list<task_header, ready_tag> m_batch;
     intrusive_list<task_header, all_tag> m_all;
     relaxed<task_header*> m_running{nullptr};  // read by the stall monitor
-    std::uint32_t m_full_budget = 0;
+    task_turn m_turn;
     poll_pacing m_pacing;                    // its countdown is read after every resume
     const task_header* m_awaited = nullptr;  // block_on's task
     relaxed<std::size_t> m_task_count{0};

@@ -5,6 +5,8 @@
 
 #include "support.hpp"
 
+#include "task_turn.hpp"
+
 #include <spindle/budget.hpp>
 #include <spindle/channel.hpp>
 #include <spindle/io.hpp>
@@ -31,9 +33,12 @@ using spindle::test::error_of;
 
 namespace {
 
+/// Turns ended by count alone: no quantum, so that a preempted test run
+/// cannot end one early.
 spindle::loop_options budget_of(unsigned n) {
     spindle::loop_options o;
     o.task_budget = n;
+    o.task_quantum = 0ns;
     return o;
 }
 
@@ -278,4 +283,116 @@ TEST_CASE("budget: a pending signal taken by a task that dies at the back of the
     }(got));
     REQUIRE(spindle::test::run_until(l, [&] { return second.done(); }));
     CHECK(got == SIGUSR2);  // still pending, not lost
+}
+
+TEST_CASE("budget: a turn's stints add up to the budget, and the quantum ends it on the clock", "[budget]") {
+    using spindle::detail::task_turn;
+    SECTION("no quantum: the whole budget in one stint, then the turn is over") {
+        task_turn turn(128, 0);
+        CHECK(turn.start(0) == 128);
+        CHECK(turn.next(1'000'000'000) == 0);
+        CHECK(turn.next(2'000'000'000) == 0);
+    }
+    SECTION("cheap operations: stints of at most 32 that add up to the budget exactly") {
+        task_turn turn(100, 500'000);
+        std::int64_t now = 0;
+        std::uint32_t total = turn.start(now);
+        for (std::uint32_t stint = total; stint != 0; total += stint) {
+            CHECK(stint <= task_turn::longest_stint);
+            now += 20 * stint;  // 20 ns an operation
+            stint = turn.next(now);
+        }
+        CHECK(total == 100);
+    }
+    SECTION("long operations: the turn ends once the quantum ran out, and a new turn starts afresh") {
+        task_turn turn(128, 500'000);
+        std::int64_t now = 0;
+        std::uint32_t total = turn.start(now);
+        CHECK(total >= task_turn::first_stint_floor);
+        for (std::uint32_t stint = total; stint != 0; total += stint) {
+            now += 100'000 * static_cast<std::int64_t>(stint);  // 100 us an operation
+            stint = turn.next(now);
+        }
+        CHECK(now >= 500'000);
+        CHECK(total < 16);
+        CHECK(turn.next(now) == 0);
+        // The next turn sizes its first stint from what it learnt: 100 us an
+        // operation fits 5 in the quantum.
+        CHECK(turn.start(now) == 5);
+    }
+    SECTION("no budget (0): the quantum alone ends a turn") {
+        task_turn turn(0, 1'000'000);
+        std::int64_t now = 0;
+        std::uint64_t total = turn.start(now);
+        for (std::uint32_t stint = static_cast<std::uint32_t>(total); stint != 0; total += stint) {
+            now += 10'000 * static_cast<std::int64_t>(stint);
+            stint = turn.next(now);
+        }
+        CHECK(total >= 100);
+        CHECK(total <= 100 + task_turn::longest_stint);
+    }
+}
+
+namespace {
+
+/// Busy for `d` of wall time: work that takes long between two ready operations.
+void spin_for(std::chrono::nanoseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+}
+
+/// Runs a worker whose every ready operation follows 250 us of work beside a
+/// turn counter: the longest run of its operations without the other's turn.
+std::size_t longest_run_of_long_operations(spindle::loop_options o) {
+    loop l(o);
+    long turns = 0;
+    bool quit = false;
+    std::vector<long> turn_at;
+    auto counter = l.spawn(turn_counter(turns, quit));
+    auto worker = l.spawn([](const long& t, std::vector<long>& at, bool& q) -> task<void> {
+        for (int i = 0; i < 200; ++i) {
+            spin_for(250us);
+            (void)co_await spindle::consume_budget();
+            at.push_back(t);
+        }
+        q = true;
+    }(turns, turn_at, quit));
+    REQUIRE(spindle::test::run_until(l, [&] { return worker.done() && counter.done(); }));
+    REQUIRE(turn_at.size() == 200);
+    return longest_run(turn_at);
+}
+
+}  // namespace
+
+TEST_CASE("budget: a task whose operations run long gives the loop back after task_quantum, not task_budget of them",
+          "[budget]") {
+    spindle::loop_options o;
+    o.task_budget = 128;
+    o.task_quantum = 1ms;
+    // 250 us each: the quantum ends a turn within about 4 of them (a first
+    // stint of 8 before the loop has measured one). A slower machine only
+    // makes each take longer, and the turns shorter.
+    CHECK(longest_run_of_long_operations(o) <= 12);
+    o.task_quantum = 0ns;
+    CHECK(longest_run_of_long_operations(o) == 128);
+}
+
+TEST_CASE("budget: with a quantum that never runs out, ready operations still end a turn at task_budget exactly",
+          "[budget]") {
+    spindle::loop_options o;
+    o.task_budget = 100;
+    o.task_quantum = 10s;
+    loop l(o);
+    spindle::channel<int> ch(1000);
+    for (int i = 0; i < 1000; ++i) REQUIRE(ch.try_send(i));
+    long turns = 0;
+    bool quit = false;
+    std::vector<int> got;
+    std::vector<long> turn_at;
+    auto counter = l.spawn(turn_counter(turns, quit));
+    auto receiver = l.spawn(receive_all(ch, 1000, turns, got, turn_at, quit));
+    REQUIRE(spindle::test::run_until(l, [&] { return receiver.done() && counter.done(); }));
+    REQUIRE(got.size() == 1000);
+    CHECK(longest_run(turn_at) == 100);
 }

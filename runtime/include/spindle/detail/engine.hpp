@@ -48,21 +48,23 @@ loop& loop_of(loop_core& core) noexcept;
 
 /// Makes a parked task ready; it resumes in a later tick, never inline.
 void schedule(task_header& task) noexcept;
-/// What the running task may still complete without waiting: its budget
-/// (loop_options::task_budget), set by the loop each time it resumes a task;
-/// unlimited outside tasks. Per thread, like the running task, and read
-/// inline: it is spent on the fastest paths.
+/// What the running task may still complete without waiting before the
+/// loop looks at its turn again: a stint of its budget (loop_options::
+/// task_budget), set by the loop each time it resumes a task; unlimited
+/// outside tasks. Per thread, like the running task, and read inline: it is
+/// spent on the fastest paths.
 constinit inline thread_local std::uint32_t t_budget = std::numeric_limits<std::uint32_t>::max();
 
-/// The budget ran out: true (with a new budget) when the running task is in
-/// a budget_exempt_scope.
-bool budget_exempt() noexcept;
+/// The stint ran out: true with a new one in t_budget, false when the turn is
+/// over (its budget spent, or loop_options::task_quantum run out). A task in
+/// a budget_exempt_scope always gets a new one.
+bool next_stint() noexcept;
 
 /// An operation of the running task completed without waiting: spends one
-/// unit of its budget. False when none is left: the task must go to the back
-/// of the ready queue before it goes on.
+/// unit of its budget. False when its turn is over: the task must go to the
+/// back of the ready queue before it goes on.
 inline bool spend_budget() noexcept {
-    if (t_budget == 0 && !budget_exempt()) return false;
+    if (t_budget == 0 && !next_stint()) return false;
     --t_budget;
     return true;
 }
