@@ -34,6 +34,8 @@ public:
     /// A task resumes; `epoch_ns` is the clock's last reading before it (the
     /// poll pacing reads it between resumes). Returns the first stint.
     std::uint32_t start(std::int64_t epoch_ns) noexcept {
+        // Without a quantum the whole budget is one stint: nothing to note.
+        if (m_quantum_ns == 0) return m_budget;
         m_started_ns = epoch_ns;
         m_stint_started_ns = epoch_ns;
         m_left = m_budget;
@@ -43,8 +45,7 @@ public:
     /// The running stint is spent, at `now_ns`: the next stint, or 0 when
     /// the turn is over (and stays over until the next start()).
     std::uint32_t next(std::int64_t now_ns) noexcept {
-        if (m_left == 0) return 0;
-        if (m_quantum_ns == 0) return take(0, 1);
+        if (m_quantum_ns == 0 || m_left == 0) return 0;
         // A longer operation counts at once, shorter ones lower the estimate
         // slowly (as the poll pacing's resume estimate does).
         const std::int64_t per_operation = (now_ns - m_stint_started_ns) / m_stint;
@@ -60,12 +61,9 @@ public:
 
 private:
     std::uint32_t take(std::int64_t time_left_ns, std::uint32_t floor) noexcept {
-        std::uint32_t n = m_left;
-        if (m_quantum_ns > 0) {
-            const std::int64_t fit = m_operation_ns > 0 ? time_left_ns / m_operation_ns : longest_stint;
-            n = static_cast<std::uint32_t>(std::clamp<std::int64_t>(fit, floor, longest_stint));
-            n = std::min(n, m_left);
-        }
+        const std::int64_t fit = m_operation_ns > 0 ? time_left_ns / m_operation_ns : longest_stint;
+        const std::uint32_t n =
+            std::min(static_cast<std::uint32_t>(std::clamp<std::int64_t>(fit, floor, longest_stint)), m_left);
         m_left -= n;
         m_stint = std::max<std::uint32_t>(n, 1);
         return n;
