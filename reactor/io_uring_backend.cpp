@@ -75,6 +75,7 @@ std::uint32_t io_uring_backend::allocate_slot(operation& op) {
     s.pooled_plain = false;
     s.ring_was_dry = false;
     s.closed = false;
+    s.next_waiter = no_slot;
     return index;
 }
 
@@ -289,6 +290,9 @@ void io_uring_backend::adopt_calling_thread() noexcept {
         m_wake_data = m_wake_data == wake_data ? wake_data_alt : wake_data;
         arm_wake();
     }
+    // A feed moves data, so it is not made again: retired, it is armed
+    // again from here once its last completion is in.
+    for (std::size_t fd = 0; fd < m_feeds.size(); ++fd) retire_feed(static_cast<int>(fd));
     for (std::uint32_t index = 0; index < m_slots.size(); ++index) {
         slot& s = m_slots[index];
         if (s.state != slot_state::in_kernel || !s.op || s.cancel_requested) continue;
@@ -333,11 +337,18 @@ bool io_uring_backend::submit(operation& op) {
         m_pool = pool;
         publish(*pool);
     }
+    if (m_fail_submit)
+        throw std::system_error(EBUSY, std::system_category(), "io_uring: the submission queue cannot be flushed");
+    if (op.fd >= 0 && is_reader(op)) {
+        const routed route = route_to_feed(op);
+        if (route == routed::at_once) return true;
+        if (route == routed::parked) return false;
+    }
     const std::uint32_t index = allocate_slot(op);
     op.backend_slot = index;
     op.state = op_state::pending;
     if (op.code == op_code::recv_pooled) start_pooled(index);
-    if (m_fail_submit || !queue_request(index)) {
+    if (!queue_request(index)) {
         release_slot(index);
         op.state = op_state::idle;
         throw std::system_error(EBUSY, std::system_category(), "io_uring: the submission queue cannot be flushed");
@@ -346,7 +357,14 @@ bool io_uring_backend::submit(operation& op) {
     // the tick's batch. A watcher is often made outside any tick, by a host
     // that then sleeps on native_handle(): send it now, or its first readiness
     // would stay unseen in the submission queue.
-    if (op.code == op_code::poll && op.persistent) flush();
+    if (op.code == op_code::poll && op.persistent) {
+        // A watcher set up while the descriptor's feed holds data hears of it
+        // once, from the next poll(): the kernel sees an empty socket.
+        const auto fd_index = static_cast<std::size_t>(op.fd);
+        if (fd_index < m_feeds.size() && m_feeds[fd_index].has_arrivals() && is_reader(op))
+            m_collected.push_back({user_data_of(index), POLLIN, IORING_CQE_F_MORE});
+        flush();
+    }
     return false;
 }
 
@@ -356,6 +374,14 @@ void io_uring_backend::cancel(operation& op) noexcept {
     slot& s = m_slots[index];
     if (s.cancel_requested) return;
     s.cancel_requested = true;
+    if (s.state == slot_state::parked) {
+        // Waiting in a feed, with no request of its own: what the feed
+        // delivers by the next poll() is still its answer, as a one-shot
+        // receive's data may win over its cancel; if nothing, it leaves the
+        // feed (armed for the next receive) with -ECANCELED then.
+        m_withdrawn.push_back(user_data_of(index));
+        return;
+    }
     // Collected already: the next poll() completes it with its real result
     // (or with -ECANCELED where it would have been retried or re-armed).
     if (s.state == slot_state::in_kernel) queue_cancel(index);
@@ -365,6 +391,12 @@ void io_uring_backend::forget(operation& op) noexcept {
     if (!op.pending()) return;
     std::uint32_t index;
     if (!lookup(op, index)) {
+        op.state = op_state::idle;
+        return;
+    }
+    if (m_slots[index].state == slot_state::parked) {
+        unpark(index);
+        release_slot(index);
         op.state = op_state::idle;
         return;
     }
@@ -434,8 +466,16 @@ void io_uring_backend::close_fd(int fd) noexcept {
     const unsigned sent = IO_URING_READ_ONCE(*m_ring.sq.khead);
     bool unsent = false;
     for (operation* op = m_by_fd[static_cast<std::size_t>(fd)]; op; op = op->next)
-        if (static_cast<std::int32_t>(m_slots[op->backend_slot].sq_position - sent) >= 0) unsent = true;
+        if (m_slots[op->backend_slot].state != slot_state::parked &&
+            static_cast<std::int32_t>(m_slots[op->backend_slot].sq_position - sent) >= 0)
+            unsent = true;
+    if (static_cast<std::size_t>(fd) < m_feeds.size()) {
+        const feed& f = m_feeds[static_cast<std::size_t>(fd)];
+        if (f.stage != feed_stage::idle && static_cast<std::int32_t>(f.sq_position - sent) >= 0) unsent = true;
+    }
     if (unsent) flush();
+    // Receives parked in its feed complete from the next poll().
+    close_feed(fd);
     // Each cancel is keyed by user_data, not by descriptor: IORING_ASYNC_CANCEL_FD
     // matches the open file, so it would also cancel requests made through a
     // dup() of it, and it would have to reach the kernel before the close,
@@ -477,7 +517,7 @@ int io_uring_backend::poll(std::chrono::nanoseconds timeout) {
             throw std::logic_error("spindle: a single-thread io_uring backend polled from another thread");
         adopt_calling_thread();
     }
-    if (!m_collected.empty() || !m_postponed.empty() || ::io_uring_cq_ready(&m_ring) > 0)
+    if (!m_collected.empty() || !m_postponed.empty() || !m_withdrawn.empty() || ::io_uring_cq_ready(&m_ring) > 0)
         timeout = std::chrono::nanoseconds::zero();
     if (timeout == std::chrono::nanoseconds::zero()) {
         // Enter only to send requests or to run completions the kernel holds
@@ -559,6 +599,14 @@ void io_uring_backend::collect() noexcept {
 
 void io_uring_backend::note(const ::io_uring_cqe& cqe) noexcept {
     const std::uint64_t data = cqe.user_data;
+    if (data & feed_bit) {
+        const auto fd = static_cast<std::uint32_t>(data);
+        if (fd >= m_feeds.size() || m_feeds[fd].generation != ((data >> 32) & max_generation))
+            return recycle_buffer(cqe.flags);
+        if (!(cqe.flags & IORING_CQE_F_MORE)) m_feeds[fd].stage = feed_stage::idle;
+        m_collected.push_back({data, cqe.res, cqe.flags});
+        return;
+    }
     const auto index = static_cast<std::uint32_t>(data);
     const auto generation = static_cast<std::uint32_t>(data >> 32);
     if (generation == 0) {
@@ -585,6 +633,10 @@ void io_uring_backend::dispatch() {
     m_dry_receives = m_ring_growths = m_ring_claims = 0;
     for (std::size_t i = 0; i < m_collected.size(); ++i) {
         const completion c = m_collected[i];
+        if (c.user_data & feed_bit) {
+            deliver(c);
+            continue;
+        }
         const auto index = static_cast<std::uint32_t>(c.user_data);
         if (index >= m_slots.size() || m_slots[index].generation != (c.user_data >> 32)) {
             recycle_buffer(c.flags);
@@ -610,6 +662,14 @@ void io_uring_backend::dispatch() {
         finish_request(index, c.res, c.flags);
     }
     m_collected.clear();
+    for (std::size_t i = 0; i < m_withdrawn.size(); ++i) {
+        const auto index = static_cast<std::uint32_t>(m_withdrawn[i]);
+        const slot& s = m_slots[index];
+        if (s.generation != (m_withdrawn[i] >> 32) || s.state != slot_state::parked) continue;
+        unpark(index);
+        finish(index, -ECANCELED);
+    }
+    m_withdrawn.clear();
 }
 
 void io_uring_backend::finish_request(std::uint32_t index, std::int32_t res, std::uint32_t flags) {

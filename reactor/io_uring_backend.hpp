@@ -95,6 +95,7 @@ private:
         free,
         in_kernel,  // a request is queued or submitted; its final completion is still to come
         collected,  // the final completion was taken from the ring, not yet dispatched
+        parked,     // waits in its descriptor's feed, with no request of its own
     };
     struct slot {
         operation* op = nullptr;  // null once forgotten while the kernel still held it
@@ -122,7 +123,43 @@ private:
         bool ring_was_dry = false;
         // m_issuer_epoch when the request was made.
         std::uint32_t issuer_epoch = 0;
+        // The next operation parked in the same feed, in arrival order.
+        std::uint32_t next_waiter = no_slot;
     };
+    // A descriptor's feed (io_uring_feeds.cpp): one multishot receive serves
+    // the pooled receives of a byte stream, so that the kernel's request and
+    // its poll stay armed from one receive to the next. What arrives while no
+    // receive waits is queued here, in order; a read of any other kind on the
+    // descriptor is served from the queue first and then retires the feed.
+    struct arrival {
+        std::int32_t res;         // bytes in the buffer; 0 (end of stream) or -errno: a feed's last
+        std::uint32_t id;         // the buffer, when res > 0
+        std::uint32_t taken = 0;  // bytes already copied out to a read of another kind
+    };
+    enum class feed_stage : std::uint8_t {
+        idle,      // no request in the kernel
+        armed,     // the multishot receive is in the kernel
+        retiring,  // armed, and cancelled: its final completion is still to come
+    };
+    struct feed {
+        std::uint32_t generation = 1;  // advanced by close_fd: late completions are dropped
+        feed_stage stage = feed_stage::idle;
+        bool plain_only = false;  // a read of another kind came: no multishot again until close_fd
+        bool delivered = false;   // the current request has completed at least once
+        std::uint32_t sq_position = 0;
+        std::uint32_t first_waiter = no_slot;
+        std::uint32_t last_waiter = no_slot;
+        std::uint32_t head = 0;  // arrivals before it were taken
+        std::vector<arrival> arrivals;
+
+        bool has_arrivals() const noexcept { return head < arrivals.size(); }
+        bool busy() const noexcept { return stage != feed_stage::idle || first_waiter != no_slot || has_arrivals(); }
+    };
+    // Data arrivals a feed queues before it retires for want of a reader: the
+    // socket's own buffer, not ours, holds what a slow reader has not taken.
+    static constexpr std::uint32_t feed_backlog = 4;
+    // A feed's user_data: this bit, its generation << 32, its descriptor.
+    static constexpr std::uint64_t feed_bit = std::uint64_t{1} << 63;
     // A completion copied out of the ring, so the ring's slot can be reused at
     // once and dispatching can be deferred.
     struct completion {
@@ -162,6 +199,23 @@ private:
     void finish_pooled(std::uint32_t index, std::int32_t res, std::uint32_t flags);
     void recycle_buffer(std::uint32_t flags) noexcept;
 
+    // Feeds (io_uring_feeds.cpp).
+    enum class routed : std::uint8_t { alone, at_once, parked };
+    routed route_to_feed(operation& op);
+    feed& feed_of(int fd);
+    std::uint64_t feed_data(int fd) const noexcept;
+    bool arm_feed(int fd) noexcept;
+    void retire_feed(int fd) noexcept;
+    void park(int fd, std::uint32_t index) noexcept;
+    void unpark(std::uint32_t index) noexcept;
+    void send_alone(std::uint32_t index, bool ring_was_dry);
+    void deliver(const completion& c);
+    void serve(int fd);
+    std::int64_t serve_at_once(int fd, operation& op) noexcept;
+    std::int64_t copy_out(feed& f, const operation& op) noexcept;
+    void pop_arrival(feed& f) noexcept;
+    void close_feed(int fd) noexcept;
+
     class ring_pool;
 
     ::io_uring m_ring{};
@@ -177,6 +231,8 @@ private:
     // single-issuer with deferred task work and its descriptor registered.
     bool m_single_thread = false;
     bool m_multishot = true;   // multishot polls (5.13); off once the kernel says EINVAL
+    bool m_recv_multishot = true;   // feeds (6.0); off once the kernel says EINVAL
+    bool m_fail_multishot = false;  // SPINDLE_IO_URING_FAIL=multishot (tests)
     bool m_cqe_skip = false;   // IOSQE_CQE_SKIP_SUCCESS for cancel requests (5.17)
     std::uint32_t m_file_ops = 0;  // a bit per file op_code the kernel's probe lists
 
@@ -191,6 +247,10 @@ private:
     // Operations with a request in the kernel, per descriptor number, linked
     // through operation::next/prev: close_fd finds them without a scan.
     std::vector<operation*> m_by_fd;
+    std::vector<feed> m_feeds;  // per descriptor number, made by its first pooled receive
+    // user_data of receives cancelled while parked in a feed: completed by
+    // the end of the next dispatch, unless the feed served them first.
+    std::vector<std::uint64_t> m_withdrawn;
     std::vector<completion> m_collected;
     // Readiness of pooled receives that came while m_read_buffer_batch
     // buffers were on their way to tasks that had not run yet: dispatched

@@ -35,13 +35,16 @@ constexpr unsigned small_cq_entries = 512;
 // were forbidden (EPERM), so the fallback to epoll can be exercised on any
 // kernel; SPINDLE_IO_URING_FAIL=submit sets the ring up but makes every
 // request fail to queue as if the submission queue could not be flushed, so
-// the runtime's error channel for submit failures can be exercised.
-enum class fault { none, setup, submit };
+// the runtime's error channel for submit failures can be exercised;
+// SPINDLE_IO_URING_FAIL=multishot makes the kernel refuse multishot receives
+// (EINVAL, as before 6.0), so feeds fall back to one-shot receives.
+enum class fault { none, setup, submit, multishot };
 
 fault fault_injected() noexcept {
     const char* value = std::getenv("SPINDLE_IO_URING_FAIL");
     if (!value || !*value || std::strcmp(value, "0") == 0) return fault::none;
-    return std::strcmp(value, "submit") == 0 ? fault::submit : fault::setup;
+    if (std::strcmp(value, "submit") == 0) return fault::submit;
+    return std::strcmp(value, "multishot") == 0 ? fault::multishot : fault::setup;
 }
 
 std::string setup_failure(int err) {
@@ -103,6 +106,7 @@ io_uring_backend::io_uring_backend(const backend_options& options, std::string& 
     m_read_buffer_batch = std::bit_floor(std::clamp<std::uint32_t>(options.read_buffer_batch, 1, 32768));
     const fault injected = fault_injected();
     m_fail_submit = injected == fault::submit;
+    m_fail_multishot = injected == fault::multishot;
     if (injected == fault::setup)
         throw std::system_error(EPERM, std::system_category(), "io_uring_queue_init (made to fail by SPINDLE_IO_URING_FAIL)");
     m_single_thread = options.single_thread;
@@ -115,6 +119,7 @@ io_uring_backend::io_uring_backend(const backend_options& options, std::string& 
         m_slots.reserve(256);
         m_by_fd.resize(256);
         m_collected.reserve(1024);
+        m_withdrawn.reserve(64);
         arm_wake();
         // Arm the wake-up now rather than at the first poll(): a host may wait
         // on native_handle() before it ever runs the loop. This first enter
@@ -135,6 +140,9 @@ io_uring_backend::~io_uring_backend() {
     // table of the calling thread: which is why a single-thread ring must be
     // destroyed on its own thread. Buffers still lent keep the pool alive.
     if (m_pool) {
+        // What feeds queued and nobody took.
+        for (feed& f : m_feeds)
+            while (f.has_arrivals()) pop_arrival(f);
         m_pool->detach(m_ring);
         m_pool->retire();
     }
