@@ -140,7 +140,24 @@ io_uring_backend::~io_uring_backend() {
     // table of the calling thread: which is why a single-thread ring must be
     // destroyed on its own thread. Buffers still lent keep the pool alive.
     if (m_pool) {
-        // What feeds queued and nobody took.
+        // Feeds still armed may pick a buffer and write into it at any
+        // time: their requests end before the pool can go. Then what they
+        // queued, and completions nobody dispatched, give their buffers back.
+        bool armed = false;
+        for (std::size_t fd = 0; fd < m_feeds.size(); ++fd) {
+            retire_feed(static_cast<int>(fd));
+            armed = armed || m_feeds[fd].stage != feed_stage::idle;
+        }
+        for (int round = 0; armed && round < 20; ++round) {
+            ::__kernel_timespec limit{.tv_sec = 0, .tv_nsec = 50'000'000};
+            ::io_uring_cqe* first = nullptr;
+            ::io_uring_submit_and_wait_timeout(&m_ring, &first, 1, &limit, nullptr);
+            collect();
+            armed =
+                std::any_of(m_feeds.begin(), m_feeds.end(), [](const feed& f) { return f.stage != feed_stage::idle; });
+        }
+        for (const completion& c : m_collected) recycle_buffer(c.flags);
+        for (const completion& c : m_postponed) recycle_buffer(c.flags);
         for (feed& f : m_feeds)
             while (f.has_arrivals()) pop_arrival(f);
         m_pool->detach(m_ring);
